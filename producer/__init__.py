@@ -1,0 +1,39 @@
+"""zettelq producer: what an agent imports to store and search memories.
+
+Light on purpose: redis, msgpack and pydantic only (no numpy, faiss or celery).
+"""
+
+from __future__ import annotations
+
+from producer.client import AsyncMemoryClient, MemoryClient
+from producer.errors import (
+    Backpressure,
+    InvalidInput,
+    JobFailed,
+    NotFound,
+    ProtocolError,
+    ReplyTimeout,
+    Unavailable,
+    ZettelqError,
+)
+from producer.protocol import PROTOCOL_VERSION, Hit, Neighbour, Note, Stats
+from producer.settings import ProducerSettings
+
+__all__ = [
+    "PROTOCOL_VERSION",
+    "AsyncMemoryClient",
+    "Backpressure",
+    "Hit",
+    "InvalidInput",
+    "JobFailed",
+    "MemoryClient",
+    "Neighbour",
+    "NotFound",
+    "Note",
+    "ProducerSettings",
+    "ProtocolError",
+    "ReplyTimeout",
+    "Stats",
+    "Unavailable",
+    "ZettelqError",
+]

@@ -1,0 +1,55 @@
+"""Errors raised by this package.
+
+ZettelqError
+├── InvalidInput        the call's arguments break a documented limit (also a ValueError)
+├── Unavailable         Redis could not be reached (connection refused, reset or timed out)
+├── Backpressure        the pending backlog passed its configured bound; nothing was written
+├── ProtocolError       a message could not be packed or unpacked
+├── ReplyTimeout        no reply arrived before the deadline (also a TimeoutError)
+├── JobFailed           the worker reported a failure (see ``.reason``)
+└── NotFound            no active note has that id in that namespace (also a KeyError)
+"""
+
+from __future__ import annotations
+
+
+class ZettelqError(Exception):
+    """Base class for every error raised by this package."""
+
+    def __init__(self, message: str | None = None) -> None:
+        super().__init__(message or self.__doc__)
+
+
+class InvalidInput(ZettelqError, ValueError):
+    """The input breaks a documented limit; nothing was written."""
+
+
+class Unavailable(ZettelqError):
+    """Redis could not be reached."""
+
+
+class Backpressure(ZettelqError):
+    """The pending backlog is over its configured bound; nothing was written, retry later."""
+
+
+class ProtocolError(ZettelqError):
+    """A message could not be packed or unpacked."""
+
+
+class ReplyTimeout(ZettelqError, TimeoutError):
+    """No reply arrived before the deadline (is a worker running?)."""
+
+
+class JobFailed(ZettelqError):
+    """The worker reported a failure."""
+
+    def __init__(self, reason: str) -> None:
+        super().__init__(f"job failed: {reason}")
+        self.reason = reason
+
+
+class NotFound(ZettelqError, KeyError):
+    """No active note has that id in that namespace."""
+
+    def __str__(self) -> str:
+        return str(self.args[0]) if self.args else "not found"

@@ -1,0 +1,212 @@
+"""The wire schema between producers and workers, and the note record both sides read.
+
+Jobs and replies are msgpack maps validated by the pydantic models below. Models ignore unknown
+fields so that a newer producer can add optional ones; a job whose ``v`` is not
+``PROTOCOL_VERSION`` is refused by the worker (dead-lettered with its reason).
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from collections.abc import Mapping
+from typing import Any, Literal, TypeVar
+
+import msgpack
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+
+from producer.errors import ProtocolError
+
+PROTOCOL_VERSION = 1  #: bumped on any incompatible change of the models below
+
+M = TypeVar("M", bound=BaseModel)
+
+JsonValue = Any  #: a msgpack-able value: None, bool, int, float, str, bytes, list, dict
+
+
+class _Wire(BaseModel):
+    model_config = ConfigDict(frozen=True, extra="ignore")
+    v: int = PROTOCOL_VERSION
+
+
+class JobHead(_Wire):
+    """The fields every inbox job has; read first to pick the model and check the version."""
+
+    op: str = ""
+    ns: str = ""
+
+
+class StoreJob(_Wire):
+    """Create a note, or update it when the id exists (the update is audited)."""
+
+    op: Literal["store"] = "store"
+    id: str
+    ns: str
+    content: str
+    agent: str | None = None
+    metadata: dict[str, JsonValue] = Field(default_factory=dict)
+    tags: list[str] = Field(default_factory=list)
+    event_time: float | None = None
+    importance: float | None = None
+    created_at: float
+    sig: str | None = None
+
+
+class DeleteJob(_Wire):
+    """Tombstone a note and remove its links on both sides."""
+
+    op: Literal["delete"] = "delete"
+    id: str
+    ns: str
+    agent: str | None = None
+    created_at: float
+    sig: str | None = None
+
+
+class SearchJob(_Wire):
+    """A request any worker serves: ``search``, ``context`` or ``flush`` (wait until organised)."""
+
+    job_id: str
+    kind: Literal["search", "context", "flush"] = "search"
+    namespaces: list[str]
+    query: str = ""
+    k: int = 10
+    hops: int = 1
+    filters: dict[str, JsonValue] = Field(default_factory=dict)
+    fresh: bool = True
+    max_tokens: int = 2000
+    deadline: float
+    sig: str | None = None
+
+
+class Hit(BaseModel):
+    """One search result with the parts of its score."""
+
+    model_config = ConfigDict(frozen=True, extra="ignore")
+    id: str
+    namespace: str
+    content: str
+    score: float
+    similarity: float
+    importance: float
+    recency: float
+    connection_boost: float
+    hop: int = 0
+    kind: str = "note"
+    keywords: list[str] = Field(default_factory=list)
+    tags: list[str] = Field(default_factory=list)
+    links: dict[str, float] = Field(default_factory=dict)
+    metadata: dict[str, JsonValue] = Field(default_factory=dict)
+    agent: str | None = None
+    created_at: float = 0.0
+    event_time: float | None = None
+    valid_to: float | None = None
+
+
+class Reply(_Wire):
+    """The worker's answer to a SearchJob, LPUSHed to ``keys.reply(job_id)``."""
+
+    job_id: str
+    ok: bool = True
+    error: str | None = None
+    hits: list[Hit] = Field(default_factory=list)
+    text: str = ""
+
+
+class Note(BaseModel):
+    """A note as stored in its Redis hash (``keys.note``)."""
+
+    model_config = ConfigDict(frozen=True, extra="ignore")
+    id: str
+    namespace: str
+    content: str
+    kind: str = "note"
+    keywords: list[str] = Field(default_factory=list)
+    tags: list[str] = Field(default_factory=list)
+    context: str = ""
+    metadata: dict[str, JsonValue] = Field(default_factory=dict)
+    agent: str | None = None
+    created_at: float = 0.0
+    event_time: float | None = None
+    valid_to: float | None = None
+    importance: float = 1.0
+    access_count: int = 0
+    last_access: float = 0.0
+    status: Literal["active", "tombstoned"] = "active"
+    version: int = 1
+    embedder: str = ""
+    seq: int = 0
+    links: dict[str, float] = Field(default_factory=dict)
+
+
+#: Note hash fields whose values are msgpack-packed (the others are plain strings/numbers).
+PACKED_FIELDS = frozenset({"keywords", "tags", "metadata", "agent", "event_time", "valid_to"})
+#: Note hash fields that hold raw bytes and are never part of the Note model.
+RAW_FIELDS = frozenset({"vec", "src"})
+
+
+def note_from_hash(fields: Mapping[bytes, bytes], links: Mapping[str, float] | None = None) -> Note:
+    """Decode a note hash read with HGETALL (bytes keys and values)."""
+    data: dict[str, Any] = {}
+    for raw_key, raw_value in fields.items():
+        key = raw_key.decode()
+        if key in RAW_FIELDS:
+            continue
+        data[key] = msgpack.unpackb(raw_value) if key in PACKED_FIELDS else raw_value.decode()
+    if links is not None:
+        data["links"] = dict(links)
+    try:
+        return Note.model_validate(data)
+    except ValidationError as exc:
+        raise ProtocolError(f"cannot decode note {data.get('id')!r}") from exc
+
+
+def pack(message: BaseModel | Mapping[str, Any]) -> bytes:
+    """Serialise a model or a plain mapping to msgpack bytes."""
+    data = message.model_dump() if isinstance(message, BaseModel) else message
+    try:
+        return msgpack.packb(data, use_bin_type=True)  # type: ignore[no-any-return]
+    except (TypeError, ValueError, OverflowError) as exc:
+        raise ProtocolError(f"cannot pack {type(message).__name__}: {exc}") from exc
+
+
+def unpack(model: type[M], data: bytes) -> M:
+    """Decode msgpack bytes into ``model``; any failure is a ProtocolError."""
+    try:
+        return model.model_validate(msgpack.unpackb(data, raw=False))
+    except (ValueError, TypeError, msgpack.UnpackException, ValidationError) as exc:
+        raise ProtocolError(f"cannot decode {model.__name__}: {exc}") from exc
+
+
+def new_id() -> str:
+    """A new note or job id: 48 bits of milliseconds then 80 random bits, 32 hex characters.
+
+    Ids sort by creation time and never collide in practice.
+    """
+    return f"{time.time_ns() // 1_000_000:012x}{os.urandom(10).hex()}"
+
+
+class Neighbour(BaseModel):
+    """A note reached by ``connected()``: how far it is and through which link."""
+
+    model_config = ConfigDict(frozen=True)
+    id: str
+    hop: int
+    via: str
+    weight: float
+    content: str
+
+
+class Stats(BaseModel):
+    """What ``stats()`` reports for one namespace."""
+
+    model_config = ConfigDict(frozen=True)
+    namespace: str
+    notes: int
+    links: int
+    pending: int
+    tombstoned: int
+    dead: int
+    index_kind: str = ""
+    index_size: int = 0
+    last: dict[str, float] = Field(default_factory=dict)

@@ -1,0 +1,41 @@
+"""Producer settings, read from ``ZQ_*`` environment variables (see the README table)."""
+
+from __future__ import annotations
+
+from pydantic import Field
+from pydantic_settings import BaseSettings, SettingsConfigDict
+
+
+class ProducerSettings(BaseSettings):
+    """What an agent process needs to talk to zettelq. Workers extend this class."""
+
+    model_config = SettingsConfigDict(env_prefix="ZQ_", env_nested_delimiter="__", extra="ignore")
+
+    #: Data Redis: notes, links, queues and replies (redis://, rediss://, unix://).
+    redis_url: str = "redis://127.0.0.1:6379/0"
+    #: Prefix of every key; two deployments can share one Redis under different prefixes.
+    key_prefix: str = Field(default="zq", pattern=r"^[A-Za-z0-9_.:-]{1,32}$")
+    #: Namespaces are hashed onto this many shard streams. Producers and workers must agree.
+    shard_count: int = Field(default=8, ge=1, le=1024)
+    #: Namespace used when a call names none.
+    default_namespace: str = "default"
+    #: How long search()/context()/flush() wait for a worker's reply by default.
+    reply_timeout_s: float = Field(default=10.0, gt=0)
+    #: How long an unread reply stays in Redis.
+    result_ttl_s: int = Field(default=60, ge=1)
+    #: Socket connect/read timeout towards Redis; bounds how long a call can hang on a dead server.
+    socket_timeout_s: float = Field(default=5.0, gt=0)
+    #: Largest note content, in UTF-8 bytes.
+    max_content_bytes: int = Field(default=32_768, ge=1)
+    #: Largest metadata mapping, in packed (msgpack) bytes.
+    max_metadata_bytes: int = Field(default=8_192, ge=0)
+    #: Most tags per note, and the longest tag in characters.
+    max_tags: int = Field(default=32, ge=0)
+    max_tag_chars: int = Field(default=64, ge=1)
+    #: Most notes in one store_many() call.
+    max_batch: int = Field(default=1_000, ge=1)
+    #: Largest k a search may ask for.
+    max_k: int = Field(default=200, ge=1)
+    #: store() raises Backpressure when a shard stream holds more unorganised jobs than this
+    #: (0 turns the check off).
+    max_pending: int = Field(default=1_000_000, ge=0)

@@ -1,0 +1,290 @@
+from __future__ import annotations
+
+import logging
+import pathlib
+
+import numpy as np
+import numpy.typing as npt
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from worker.index import IndexCorrupt, VectorIndex
+
+DIM = 16
+
+
+def unit_vectors(n: int, seed: int = 0) -> npt.NDArray[np.float32]:
+    x = np.random.default_rng(seed).standard_normal((n, DIM)).astype(np.float32)
+    x /= np.linalg.norm(x, axis=1, keepdims=True)
+    return x
+
+
+def seq_array(*values: int) -> npt.NDArray[np.int64]:
+    return np.array(values, dtype=np.int64)
+
+
+def filled(n: int, hnsw_threshold: int = 20_000) -> tuple[VectorIndex, npt.NDArray[np.float32]]:
+    index = VectorIndex(DIM, hnsw_threshold=hnsw_threshold)
+    vecs = unit_vectors(n)
+    index.add(np.arange(n, dtype=np.int64), vecs)
+    return index, vecs
+
+
+def test_flat_search_returns_each_vector_as_its_own_top_hit() -> None:
+    index, vecs = filled(100)
+
+    scores, seqs = index.search(vecs, k=3)
+
+    assert index.kind == "flat"
+    assert len(index) == 100
+    np.testing.assert_array_equal(seqs[:, 0], np.arange(100))
+    np.testing.assert_allclose(scores[:, 0], 1.0, atol=1e-5)
+    assert (scores[:, 0] >= scores[:, 1]).all()
+
+
+def test_vectors_are_normalised_so_scores_are_cosine() -> None:
+    index = VectorIndex(DIM)
+    vec = unit_vectors(1)
+    index.add(seq_array(7), 5.0 * vec)
+
+    scores, seqs = index.search(0.5 * vec, k=1)
+
+    assert seqs[0, 0] == 7
+    assert scores[0, 0] == pytest.approx(1.0, abs=1e-5)
+
+
+def test_readding_a_seq_replaces_its_vector() -> None:
+    index, vecs = filled(10)
+    new = unit_vectors(1, seed=99)
+
+    index.add(seq_array(3), new)
+    scores, seqs = index.search(vecs[3:4], k=10)
+
+    assert len(index) == 10
+    assert list(seqs[0]).count(3) == 1
+    assert scores[0, list(seqs[0]).index(3)] == pytest.approx(float(vecs[3] @ new[0]), abs=1e-5)
+    assert index.search(new, k=1)[1][0, 0] == 3
+
+
+def test_duplicate_seqs_in_one_batch_keep_the_last_vector() -> None:
+    index = VectorIndex(DIM)
+    vecs = unit_vectors(3)
+
+    index.add(seq_array(1, 2, 1), vecs)
+
+    assert len(index) == 2
+    assert index.search(vecs[2:3], k=1)[1][0, 0] == 1
+    assert index.search(vecs[0:1], k=2)[0][0, 0] < 0.99
+
+
+def test_removed_seqs_are_never_returned_and_unknown_ones_are_ignored() -> None:
+    index, vecs = filled(20)
+
+    index.remove(seq_array(4, 5, 1000))
+    _, seqs = index.search(vecs, k=20)
+
+    assert len(index) == 18
+    assert 4 not in index
+    assert not np.isin(seqs, [4, 5]).any()
+    assert (seqs[:, :18] >= 0).all()
+    assert (seqs[:, 18:] == -1).all()
+
+
+def test_search_pads_with_minus_one_when_fewer_than_k_exist() -> None:
+    index, vecs = filled(3)
+
+    scores, seqs = index.search(vecs[:2], k=5)
+
+    assert seqs.shape == scores.shape == (2, 5)
+    assert scores.dtype == np.float32
+    assert seqs.dtype == np.int64
+    assert (seqs[:, 3:] == -1).all()
+    assert np.isneginf(scores[:, 3:]).all()
+    assert sorted(seqs[0, :3]) == [0, 1, 2]
+
+
+def test_empty_index_returns_only_padding() -> None:
+    _, seqs = VectorIndex(DIM).search(unit_vectors(1), k=2)
+
+    np.testing.assert_array_equal(seqs, [[-1, -1]])
+
+
+def test_index_becomes_hnsw_past_the_threshold_and_still_finds_each_vector() -> None:
+    index, vecs = filled(40, hnsw_threshold=50)
+    kind_before = index.kind
+
+    more = unit_vectors(40, seed=1)
+    index.add(np.arange(40, 80, dtype=np.int64), more)
+    _, seqs = index.search(np.vstack([vecs, more]), k=1)
+
+    assert (kind_before, index.kind) == ("flat", "hnsw")
+    assert len(index) == 80
+    np.testing.assert_array_equal(seqs[:, 0], np.arange(80))
+
+
+def test_hnsw_hides_removed_seqs_and_still_returns_k_live_results() -> None:
+    index, vecs = filled(200, hnsw_threshold=50)
+    removed = np.arange(0, 60, 2, dtype=np.int64)  # 15%: below the compaction point
+
+    index.remove(removed)
+    _, seqs = index.search(vecs, k=10)
+
+    assert index.kind == "hnsw"
+    assert len(index) == 170
+    assert not np.isin(seqs, removed).any()
+    assert (seqs >= 0).all()
+    np.testing.assert_array_equal(seqs[61:, 0], np.arange(61, 200))
+
+
+def test_hnsw_replaces_a_readded_seq() -> None:
+    index, vecs = filled(100, hnsw_threshold=50)
+    new = unit_vectors(1, seed=99)
+
+    index.add(seq_array(3), new)
+
+    assert len(index) == 100
+    assert index.search(new, k=1)[1][0, 0] == 3
+    assert index.search(vecs[3:4], k=1)[1][0, 0] != 3
+
+
+def test_hnsw_rebuilds_itself_after_many_removals(caplog: pytest.LogCaptureFixture) -> None:
+    index, vecs = filled(200, hnsw_threshold=50)
+
+    with caplog.at_level(logging.INFO, logger="worker.index"):
+        index.remove(np.arange(60, dtype=np.int64))
+    _, seqs = index.search(vecs[60:], k=5)
+
+    assert "index rebuilt kind=hnsw from=hnsw n=140" in caplog.text
+    assert index.kind == "hnsw"
+    assert len(index) == 140
+    np.testing.assert_array_equal(seqs[:, 0], np.arange(60, 200))
+    assert not np.isin(seqs, np.arange(60)).any()
+
+
+def test_compaction_below_the_threshold_goes_back_to_flat() -> None:
+    index, vecs = filled(100, hnsw_threshold=50)
+
+    index.remove(np.arange(70, dtype=np.int64))
+    _, seqs = index.search(vecs[70:], k=1)
+
+    assert index.kind == "flat"
+    assert len(index) == 30
+    np.testing.assert_array_equal(seqs[:, 0], np.arange(70, 100))
+
+
+@pytest.mark.parametrize(("n", "kind"), [(30, "flat"), (120, "hnsw")])
+def test_save_then_load_gives_the_same_results(tmp_path: pathlib.Path, n: int, kind: str) -> None:
+    index, vecs = filled(n, hnsw_threshold=50)
+    index.remove(seq_array(1, 2, 3))
+    index.ef_search = 40
+    path = tmp_path / "ns.zqindex"
+
+    index.save(path)
+    loaded = VectorIndex.load(path)
+
+    assert loaded.kind == index.kind == kind
+    assert len(loaded) == len(index)
+    assert 2 not in loaded and 4 in loaded
+    assert (loaded.hnsw_threshold, loaded.ef_search) == (50, 40)
+    for got, want in zip(loaded.search(vecs, k=7), index.search(vecs, k=7), strict=True):
+        np.testing.assert_array_equal(got, want)
+    assert [p.name for p in tmp_path.iterdir()] == [path.name]
+
+
+@pytest.mark.parametrize("n", [30, 120])
+def test_a_loaded_index_accepts_adds_and_removes(tmp_path: pathlib.Path, n: int) -> None:
+    index, vecs = filled(n, hnsw_threshold=50)
+    index.save(tmp_path / "ns.zqindex")
+    loaded = VectorIndex.load(tmp_path / "ns.zqindex")
+    new = unit_vectors(1, seed=99)
+
+    loaded.remove(seq_array(4))
+    loaded.add(seq_array(5), new)
+
+    assert len(loaded) == n - 1
+    assert 4 not in loaded.search(vecs, k=5)[1]
+    assert loaded.search(new, k=1)[1][0, 0] == 5
+
+
+def test_save_replaces_an_existing_snapshot(tmp_path: pathlib.Path) -> None:
+    path = tmp_path / "ns.zqindex"
+    filled(10)[0].save(path)
+    index, _ = filled(20)
+
+    index.save(path)
+
+    assert len(VectorIndex.load(path)) == 20
+
+
+def test_load_of_a_missing_file_raises_index_corrupt(tmp_path: pathlib.Path) -> None:
+    with pytest.raises(IndexCorrupt):
+        VectorIndex.load(tmp_path / "absent.zqindex")
+
+
+@pytest.mark.parametrize("garbage", [b"", b"not an index at all" * 50, b"PK\x03\x04junk"])
+def test_load_of_garbage_raises_index_corrupt(tmp_path: pathlib.Path, garbage: bytes) -> None:
+    path = tmp_path / "ns.zqindex"
+    path.write_bytes(garbage)
+
+    with pytest.raises(IndexCorrupt):
+        VectorIndex.load(path)
+
+
+@pytest.mark.parametrize("n", [30, 120])
+def test_load_of_a_truncated_snapshot_raises_index_corrupt(tmp_path: pathlib.Path, n: int) -> None:
+    path = tmp_path / "ns.zqindex"
+    filled(n, hnsw_threshold=50)[0].save(path)
+    path.write_bytes(path.read_bytes()[:-100])
+
+    with pytest.raises(IndexCorrupt):
+        VectorIndex.load(path)
+
+
+@pytest.mark.parametrize(
+    ("seqs", "vecs"),
+    [
+        (seq_array(1, 2), unit_vectors(3)),
+        (seq_array(-1), unit_vectors(1)),
+        (seq_array(1), np.ones((1, DIM + 1), dtype=np.float32)),
+        (np.zeros((1, 1), dtype=np.int64), unit_vectors(1)),
+    ],
+)
+def test_add_refuses_malformed_input(
+    seqs: npt.NDArray[np.int64], vecs: npt.NDArray[np.float32]
+) -> None:
+    index = VectorIndex(DIM)
+
+    with pytest.raises(ValueError):
+        index.add(seqs, vecs)
+    assert len(index) == 0
+
+
+def test_search_refuses_a_non_positive_k() -> None:
+    with pytest.raises(ValueError):
+        VectorIndex(DIM).search(unit_vectors(1), k=0)
+
+
+_OPS = st.lists(
+    st.tuples(st.booleans(), st.lists(st.integers(0, 40), min_size=1, max_size=25)),
+    max_size=25,
+)
+
+
+@settings(max_examples=75, deadline=None)
+@given(ops=_OPS)
+def test_interleaved_adds_and_removes_match_a_set_model(ops: list[tuple[bool, list[int]]]) -> None:
+    index = VectorIndex(DIM, hnsw_threshold=12)
+    model: set[int] = set()
+    for step, (is_add, values) in enumerate(ops):
+        seqs = np.array(values, dtype=np.int64)
+        if is_add:
+            index.add(seqs, unit_vectors(len(seqs), seed=step))
+            model.update(values)
+        else:
+            index.remove(seqs)
+            model.difference_update(values)
+        assert len(index) == len(model)
+        assert {s for s in range(41) if s in index} == model
+    _, found = index.search(unit_vectors(4, seed=1000), k=50)
+    assert set(found[found >= 0].tolist()) <= model

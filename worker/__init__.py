@@ -1,0 +1,1 @@
+"""zettelq worker: the Celery side that organises memories (see DESIGN.md)."""

@@ -1,0 +1,74 @@
+"""The Celery app: configuration from WorkerSettings, queues, beat schedule, process hooks.
+
+Queues: ``zq.ingest`` carries drain tasks, ``zq.maint`` the periodic ones. Notes never travel
+through Celery: they wait in the shard streams. Each worker's main process runs the dispatcher;
+each pool process serves searches from a thread (see worker.server).
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+from celery import Celery, signals
+
+from worker.context import WorkerContext
+from worker.dispatch import Dispatcher
+from worker.schedule import build_beat_schedule
+from worker.server import SearchServer
+from worker.settings import WorkerSettings
+
+log = logging.getLogger(__name__)
+
+settings = WorkerSettings()
+
+app = Celery("zettelq", broker=settings.broker, include=["worker.tasks"])
+app.conf.update(
+    task_default_queue="zq.maint",
+    task_queues=None,
+    task_routes={"zq.drain": {"queue": "zq.ingest"}},
+    task_ignore_result=True,
+    task_acks_late=False,
+    worker_prefetch_multiplier=1,
+    worker_concurrency=1,
+    broker_connection_retry_on_startup=True,
+    beat_schedule=build_beat_schedule(settings),
+    worker_hijack_root_logger=True,
+)
+
+_state: dict[str, Any] = {}
+
+
+def get_context() -> WorkerContext:
+    """This process's WorkerContext, built on first use."""
+    ctx = _state.get("ctx")
+    if ctx is None:
+        ctx = _state["ctx"] = WorkerContext.build(settings)
+    return ctx
+
+
+def _start_search_server() -> None:
+    _state["server"] = SearchServer(get_context(), settings.search_threads).start()
+
+
+@signals.worker_process_init.connect
+def _on_pool_process(**_: object) -> None:
+    _state.clear()
+    _start_search_server()
+
+
+@signals.worker_ready.connect
+def _on_worker_ready(sender: Any = None, **_: object) -> None:
+    from worker.tasks import send_drain
+
+    _state["dispatcher"] = Dispatcher(settings, send_drain).start()
+    if app.conf.worker_pool != "prefork":
+        _start_search_server()
+    log.info("zettelq worker ready: shards=%d", settings.shard_count)
+
+
+@signals.worker_shutdown.connect
+def _on_shutdown(**_: object) -> None:
+    for name in ("dispatcher", "server"):
+        if name in _state:
+            _state.pop(name).stop()

@@ -1,0 +1,57 @@
+"""WorkerContext: what every stage needs, built once per worker process."""
+
+from __future__ import annotations
+
+import os
+import socket
+import threading
+from dataclasses import dataclass, field
+
+from redis import Redis
+
+from producer.keys import Keys
+from worker.embedding import Embedder, load_embedder
+from worker.projection import Projection, open_projection
+from worker.settings import WorkerSettings
+
+
+@dataclass
+class WorkerContext:
+    """Settings, the data Redis, the embedder and this process's projections."""
+
+    settings: WorkerSettings
+    redis: Redis
+    keys: Keys
+    embedder: Embedder
+    consumer: str
+    projections: dict[str, Projection] = field(default_factory=dict)
+    _lock: threading.Lock = field(default_factory=threading.Lock)
+
+    @classmethod
+    def build(cls, settings: WorkerSettings) -> WorkerContext:
+        redis = Redis.from_url(
+            settings.redis_url,
+            socket_timeout=settings.socket_timeout_s,
+            socket_connect_timeout=settings.socket_timeout_s,
+            health_check_interval=30,
+        )
+        return cls(
+            settings=settings,
+            redis=redis,
+            keys=Keys(settings.key_prefix, settings.shard_count),
+            embedder=load_embedder(settings.embedder, settings.embed_dim),
+            consumer=f"{socket.gethostname()}-{os.getpid()}-{os.urandom(3).hex()}",
+        )
+
+    def projection(self, ns: str) -> Projection:
+        """This process's projection of ``ns``, opened on first use (not yet caught up)."""
+        with self._lock:
+            proj = self.projections.get(ns)
+        if proj is not None:
+            return proj
+        opened = open_projection(self, ns)
+        with self._lock:
+            return self.projections.setdefault(ns, opened)
+
+    def close(self) -> None:
+        self.redis.close()

@@ -1,0 +1,97 @@
+"""The dispatcher: watches every shard stream and queues a drain task where work waits.
+
+One runs in each Celery worker's main process. It wakes on new entries (XREAD BLOCK) and,
+every ``sweep_interval_s``, sweeps all shards for a backlog that no drain holds (a worker
+died, a task was lost), so recovery never depends on Celery's visibility timeout. The
+``kicked`` flag keeps several dispatchers from queueing duplicate drains.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections.abc import Callable
+
+from redis import Redis
+from redis.exceptions import ConnectionError as RedisConnectionError
+from redis.exceptions import TimeoutError as RedisTimeoutError
+
+from producer.keys import Keys
+from worker.settings import WorkerSettings
+
+log = logging.getLogger(__name__)
+
+
+def kick(r: Redis, keys: Keys, shard: int, ttl_s: float, send: Callable[[int], None]) -> bool:
+    """Queue a drain of ``shard`` unless one is queued already; True when one was queued."""
+    if not r.set(keys.kicked(shard), 1, nx=True, px=int(ttl_s * 1000)):
+        return False
+    send(shard)
+    return True
+
+
+def sweep(r: Redis, keys: Keys, ttl_s: float, send: Callable[[int], None]) -> list[int]:
+    """Kick every shard that has a backlog and no live drain; return the shards kicked."""
+    pipe = r.pipeline(transaction=False)
+    for shard in range(keys.shard_count):
+        pipe.xlen(keys.inbox(shard))
+        pipe.exists(keys.lease(shard))
+    replies = pipe.execute()
+    kicked = []
+    for shard in range(keys.shard_count):
+        backlog, leased = replies[2 * shard], replies[2 * shard + 1]
+        if backlog and not leased and kick(r, keys, shard, ttl_s, send):
+            kicked.append(shard)
+    return kicked
+
+
+class Dispatcher:
+    """A daemon thread: wake on new inbox entries, kick their shards, sweep periodically."""
+
+    def __init__(self, settings: WorkerSettings, send: Callable[[int], None]) -> None:
+        self.settings = settings
+        self.keys = Keys(settings.key_prefix, settings.shard_count)
+        self.send = send
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="zq-dispatch", daemon=True)
+
+    def start(self) -> Dispatcher:
+        self._thread.start()
+        return self
+
+    def stop(self, timeout_s: float = 5.0) -> None:
+        self._stop.set()
+        self._thread.join(timeout_s)
+
+    def _run(self) -> None:
+        s = self.settings
+        block_ms = int(s.sweep_interval_s * 1000)
+        r = Redis.from_url(
+            s.redis_url,
+            socket_timeout=s.sweep_interval_s + s.socket_timeout_s,
+            socket_connect_timeout=s.socket_timeout_s,
+        )
+        backoff = 0.1
+        while not self._stop.is_set():
+            try:
+                self._watch(r, block_ms)
+                backoff = 0.1
+            except (RedisConnectionError, RedisTimeoutError) as exc:
+                log.warning("dispatcher lost Redis (%s); retrying in %.1fs", exc, backoff)
+                time.sleep(backoff)
+                backoff = min(backoff * 2, 5.0)
+        r.close()
+
+    def _watch(self, r: Redis, block_ms: int) -> None:
+        streams = {self.keys.inbox(i): "$" for i in range(self.keys.shard_count)}
+        shard_of = {self.keys.inbox(i): i for i in range(self.keys.shard_count)}
+        next_sweep = 0.0
+        while not self._stop.is_set():
+            if time.monotonic() >= next_sweep:
+                sweep(r, self.keys, self.settings.lease_s, self.send)
+                next_sweep = time.monotonic() + self.settings.sweep_interval_s
+            for stream, entries in r.xread(streams, block=block_ms) or []:
+                name = stream.decode()
+                streams[name] = entries[-1][0].decode()
+                kick(r, self.keys, shard_of[name], self.settings.lease_s, self.send)

@@ -1,0 +1,222 @@
+"""Drain a shard stream in batches through the consumer group, under the shard lease.
+
+Entries are XACKed and deleted only after their batch is committed, so a worker killed
+mid-batch loses nothing: the next drain of the shard (once the dead worker's lease expires)
+claims the entries it left pending. A job that cannot be decoded or applied goes to the
+dead-letter stream with its reason; its batch-mates carry on.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections import defaultdict
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+from redis.exceptions import ConnectionError as RedisConnectionError
+from redis.exceptions import ResponseError
+from redis.exceptions import TimeoutError as RedisTimeoutError
+
+from producer import validation
+from producer.errors import InvalidInput, ProtocolError
+from producer.protocol import PROTOCOL_VERSION, DeleteJob, JobHead, StoreJob, unpack
+from worker.context import WorkerContext
+from worker.dispatch import kick
+from worker.ingest import Entry, handle_jobs
+from worker.lease import Lease, LeaseLost
+
+log = logging.getLogger(__name__)
+
+GROUP = "zq"  #: the consumer group every worker reads shard streams through
+SLICE_S = 5.0  #: a drain hands its shard back after this long so other tasks get a turn
+
+RawEntry = tuple[bytes, dict[bytes, bytes]]
+
+
+@dataclass(frozen=True)
+class DrainResult:
+    processed: int
+    more: bool  #: the shard still has entries; drain it again
+
+
+def drain_shard(ctx: WorkerContext, shard: int, *, wait_ms: int | None = None) -> DrainResult:
+    """Organise what shard ``shard`` holds; return at once if another worker drains it."""
+    lease = Lease(ctx.redis, ctx.keys.lease(shard), ctx.settings.lease_s)
+    if not lease.acquire():
+        return DrainResult(0, more=False)
+    processed = 0
+    sliced = False
+    try:
+        ensure_group(ctx, shard)
+        processed += _process(ctx, shard, _reclaim(ctx, shard))
+        started = time.monotonic()
+        while batch := _read(
+            ctx, shard, ctx.settings.batch_wait_ms if wait_ms is None else wait_ms
+        ):
+            processed += _process(ctx, shard, batch)
+            lease.renew()
+            if time.monotonic() - started > SLICE_S:
+                sliced = True
+                break
+    finally:
+        lease.release()
+    return DrainResult(processed, more=sliced or backlog(ctx, shard) > 0)
+
+
+def backlog(ctx: WorkerContext, shard: int) -> int:
+    """Entries in the shard stream not yet committed (committed ones are deleted)."""
+    return int(ctx.redis.xlen(ctx.keys.inbox(shard)))
+
+
+def ensure_group(ctx: WorkerContext, shard: int) -> None:
+    try:
+        ctx.redis.xgroup_create(ctx.keys.inbox(shard), GROUP, id="0", mkstream=True)
+    except ResponseError as exc:
+        if "BUSYGROUP" not in str(exc):
+            raise
+
+
+def _reclaim(ctx: WorkerContext, shard: int) -> list[RawEntry]:
+    """This consumer's own pending entries, then those a dead worker left behind."""
+    key = ctx.keys.inbox(shard)
+    own = ctx.redis.xreadgroup(GROUP, ctx.consumer, {key: "0"}, count=ctx.settings.batch_size)
+    entries: list[RawEntry] = [e for e in (own[0][1] if own else []) if e[1]]
+    _, claimed, deleted = ctx.redis.xautoclaim(
+        key,
+        GROUP,
+        ctx.consumer,
+        min_idle_time=int(ctx.settings.lease_s * 1000),
+        start_id="0-0",
+        count=ctx.settings.batch_size,
+    )
+    if deleted:
+        ctx.redis.xack(key, GROUP, *deleted)
+    if claimed:
+        log.warning("shard=%d reclaimed %d entries from a dead worker", shard, len(claimed))
+    return entries + [e for e in claimed if e[1]]
+
+
+def _read(ctx: WorkerContext, shard: int, wait_ms: int) -> list[RawEntry]:
+    """Up to batch_size new entries, waiting up to ``wait_ms`` to fill the batch."""
+    key, size = ctx.keys.inbox(shard), ctx.settings.batch_size
+    entries: list[RawEntry] = []
+    deadline = time.monotonic() + wait_ms / 1000
+    block: int | None = None
+    while len(entries) < size:
+        got = ctx.redis.xreadgroup(
+            GROUP, ctx.consumer, {key: ">"}, count=size - len(entries), block=block
+        )
+        if not got:
+            break
+        entries += got[0][1]
+        remaining_ms = int((deadline - time.monotonic()) * 1000)
+        if remaining_ms <= 0:
+            break
+        block = remaining_ms
+    return entries
+
+
+def _process(ctx: WorkerContext, shard: int, batch: list[RawEntry]) -> int:
+    if not batch:
+        return 0
+    by_ns: dict[str, list[Entry]] = defaultdict(list)
+    for raw_id, fields in batch:
+        entry_id = raw_id.decode()
+        try:
+            job = decode_job(ctx, fields)
+        except (ProtocolError, InvalidInput) as exc:
+            payload = fields.get(b"j", b"")
+            dead_letter(ctx, shard, entry_id, payload, str(exc), _peek_ns(payload))
+            continue
+        by_ns[job.ns].append((entry_id, job))
+    for ns, entries in by_ns.items():
+        _handle_isolated(ctx, shard, ns, entries)
+    ids = [raw_id for raw_id, _ in batch]
+    pipe = ctx.redis.pipeline(transaction=False)
+    pipe.xack(ctx.keys.inbox(shard), GROUP, *ids)
+    pipe.xdel(ctx.keys.inbox(shard), *ids)
+    pipe.execute()
+    return len(batch)
+
+
+def _handle_isolated(ctx: WorkerContext, shard: int, ns: str, entries: list[Entry]) -> None:
+    """Handle the namespace's jobs together; if that fails, one by one, dead-lettering failures."""
+    try:
+        handle_jobs(ctx, ns, entries)
+        return
+    except (RedisConnectionError, RedisTimeoutError, LeaseLost):
+        raise
+    except Exception:
+        log.exception("batch of ns=%s failed; retrying its %d jobs one by one", ns, len(entries))
+    for entry in entries:
+        try:
+            handle_jobs(ctx, ns, [entry])
+        except (RedisConnectionError, RedisTimeoutError, LeaseLost):
+            raise
+        except Exception as exc:
+            log.exception("job entry=%s of ns=%s failed", entry[0], ns)
+            payload = entry[1].model_dump()
+            dead_letter(ctx, shard, entry[0], repr(payload).encode(), f"failed: {exc!r}", ns)
+
+
+def decode_job(ctx: WorkerContext, fields: dict[bytes, bytes]) -> StoreJob | DeleteJob:
+    """Unpack and re-validate a job against this worker's limits."""
+    payload = fields.get(b"j")
+    if payload is None:
+        raise ProtocolError("entry has no 'j' field")
+    head = unpack(JobHead, payload)
+    if head.v != PROTOCOL_VERSION:
+        raise ProtocolError(f"protocol version {head.v}; this worker speaks {PROTOCOL_VERSION}")
+    job: StoreJob | DeleteJob
+    if head.op == "store":
+        job = unpack(StoreJob, payload)
+    else:
+        job = unpack(DeleteJob, payload)
+    validation.check_namespace(job.ns)
+    validation.check_id(job.id)
+    if isinstance(job, StoreJob):
+        s = ctx.settings
+        validation.check_text(job.content, "content", s.max_content_bytes)
+        validation.check_metadata(job.metadata, s.max_metadata_bytes)
+        validation.check_tags(job.tags, s.max_tags, s.max_tag_chars)
+    return job
+
+
+def _peek_ns(payload: bytes) -> str:
+    """The namespace a broken job names, when it names a valid one (for its stats)."""
+    try:
+        ns = unpack(JobHead, payload).ns
+        return validation.check_namespace(ns)
+    except (ProtocolError, InvalidInput):
+        return ""
+
+
+def dead_letter(
+    ctx: WorkerContext, shard: int, entry_id: str, payload: bytes, reason: str, ns: str = ""
+) -> None:
+    """Record a job that cannot be applied; it never blocks its shard again."""
+    log.warning("dead-lettered entry=%s shard=%d: %s", entry_id, shard, reason)
+    record: dict[Any, Any] = {
+        "payload": payload,
+        "reason": reason,
+        "entry": entry_id,
+        "shard": shard,
+        "ns": ns,
+        "ts": repr(time.time()),
+    }
+    pipe = ctx.redis.pipeline(transaction=False)
+    pipe.xadd(ctx.keys.dead(), record, maxlen=ctx.settings.dead_max, approximate=True)
+    if ns:
+        pipe.hincrby(ctx.keys.stats(ns), "dead", 1)
+    pipe.execute()
+
+
+def run_drain(ctx: WorkerContext, shard: int, send: Callable[[int], None]) -> int:
+    """The drain task: clear the kick flag, drain, and queue another drain if work remains."""
+    ctx.redis.delete(ctx.keys.kicked(shard))
+    result = drain_shard(ctx, shard)
+    if result.more:
+        kick(ctx.redis, ctx.keys, shard, ctx.settings.lease_s, send)
+    return result.processed

@@ -1,0 +1,234 @@
+"""Text embedders: the `Embedder` protocol, the offline `HashingEmbedder` and `load_embedder`.
+
+`HashingEmbedder` needs no model and no download. Each text becomes a bag of features, each
+hashed (feature hashing with a +/-1 sign) into one of `dim` buckets:
+
+- word: lowercased unicode words minus STOP_WORDS, weight WORD_WEIGHT (words matter most);
+- bigram: adjacent pairs of those words, weight BIGRAM_WEIGHT;
+- chargram: 3-5 character n-grams of "<word>", sharing CHARGRAM_WEIGHT (L2) per word, so
+  stems match ("deploy" / "deployment", "auth" / "authentication").
+
+Word and bigram counts are damped to 1 + log(tf) and every row is L2 normalised. Hashes come
+from blake2b, so vectors are identical across processes, machines and `PYTHONHASHSEED`s.
+"""
+
+from __future__ import annotations
+
+import functools
+import hashlib
+import importlib
+import logging
+import re
+from collections import Counter
+from collections.abc import Callable, Sequence
+from typing import Protocol, cast
+
+import numpy as np
+import numpy.typing as npt
+
+log = logging.getLogger(__name__)
+
+#: bump whenever HashingEmbedder would produce different vectors for the same input
+HASHING_VERSION = 1
+#: weight of a word feature; words matter most
+WORD_WEIGHT = 1.0
+#: weight of a word-bigram feature
+BIGRAM_WEIGHT = 0.5
+#: L2 norm of the character n-gram block contributed by one word
+CHARGRAM_WEIGHT = 0.8
+#: extra weight of the n-grams that start a word ("<dep"), since English stems are prefixes
+PREFIX_BOOST = 3.0
+#: character n-gram sizes taken from each padded word
+CHARGRAM_SIZES = (3, 4, 5)
+#: longer words only contribute the character n-grams of this many leading characters
+MAX_CHARGRAM_WORD_CHARS = 32
+#: per-embedder cache size of feature key -> (bucket indices, signed weights)
+FEATURE_CACHE_SIZE = 1 << 16
+#: a small English stop-word list; a text made only of stop words keeps them
+STOP_WORDS = frozenset(
+    """
+    a about above after again all am an and any are as at be because been before being below
+    between both but by can could did do does doing down during each few for from further had
+    has have having he her here hers him his how i if in into is it its itself just me more most
+    my no nor not of off on once only or other our ours out over own same she should so some such
+    than that the their theirs them then there these they this those through to too under until
+    up very was we were what when where which while who whom why will with would you your yours
+    """.split()
+)
+
+#: odd 64-bit constants for mixing two word hashes into a bigram hash (splitmix64)
+_GOLDEN = np.uint64(0x9E3779B97F4A7C15)
+_MIX1 = np.uint64(0xBF58476D1CE4E5B9)
+_MIX2 = np.uint64(0x94D049BB133111EB)
+_TOKEN_RE = re.compile(r"[^\W_]+")
+
+Vector = npt.NDArray[np.float32]
+_Index = npt.NDArray[np.intp]
+_Floats = npt.NDArray[np.float64]
+_Hashes = npt.NDArray[np.uint64]
+#: one word's bucket indices, signed weights and 64-bit hash (the bigram ingredient)
+_WordFeatures = tuple[_Index, _Floats, int]
+
+
+class Embedder(Protocol):
+    """Turns texts into L2-normalised float32 rows; `name` changes whenever the vectors would."""
+
+    name: str
+    dim: int
+
+    def embed(self, texts: Sequence[str]) -> Vector:
+        """Return an (len(texts), dim) C-contiguous array; an empty text gives a zero row."""
+        ...
+
+
+class HashingEmbedder:
+    """Offline, deterministic feature-hashing embedder (numpy only)."""
+
+    def __init__(self, dim: int = 256) -> None:
+        if dim <= 0:
+            raise ValueError(f"dim must be positive, got {dim}")
+        self.dim = dim
+        self.name = f"hash-v{HASHING_VERSION}-d{dim}"
+        self._features = functools.lru_cache(maxsize=FEATURE_CACHE_SIZE)(
+            functools.partial(_word_features, dim=dim)
+        )
+
+    def embed(self, texts: Sequence[str]) -> Vector:
+        """Embed `texts` into an (n, dim) float32 array of L2-normalised (or all-zero) rows."""
+        unique: list[_WordFeatures] = []
+        tfs: list[int] = []
+        unique_per_text: list[int] = []
+        hashes: list[int] = []
+        words_per_text: list[int] = []
+        for text in texts:
+            words = _words(text)
+            counts = Counter(words)
+            unique.extend(map(self._features, counts))
+            tfs.extend(counts.values())
+            unique_per_text.append(len(counts))
+            hashes.extend([self._features(word)[2] for word in words])
+            words_per_text.append(len(words))
+        matrix = np.zeros(len(texts) * self.dim)
+        if unique:
+            self._add_words(matrix, unique, np.asarray(tfs), _rows(unique_per_text))
+            self._add_bigrams(matrix, np.array(hashes, dtype=np.uint64), _rows(words_per_text))
+        return _normalise(matrix.reshape(len(texts), self.dim))
+
+    def _add_words(
+        self, matrix: _Floats, unique: list[_WordFeatures], tfs: _Index, rows: _Index
+    ) -> None:
+        indices = [feature[0] for feature in unique]
+        sizes = np.fromiter(map(len, indices), dtype=np.intp, count=len(indices))
+        cells = np.repeat(rows * self.dim, sizes) + np.concatenate(indices)
+        weights = np.concatenate([feature[1] for feature in unique])
+        weights *= np.repeat(1.0 + np.log(tfs), sizes)
+        matrix += np.bincount(cells, weights=weights, minlength=matrix.size)
+
+    def _add_bigrams(self, matrix: _Floats, hashes: _Hashes, rows: _Index) -> None:
+        same_text = rows[1:] == rows[:-1]
+        keys = _bigram_hash(hashes[:-1][same_text], hashes[1:][same_text])
+        rows, keys, tfs = _count_pairs(rows[1:][same_text], keys)
+        signs = np.where(keys >> np.uint64(63), 1.0, -1.0)
+        cells = rows * self.dim + (keys % np.uint64(self.dim)).astype(np.intp)
+        weights = BIGRAM_WEIGHT * signs * (1.0 + np.log(tfs))
+        matrix += np.bincount(cells, weights=weights, minlength=matrix.size)
+
+
+def _words(text: str) -> list[str]:
+    """Return the lowercased words of `text` without stop words (unless that leaves none)."""
+    tokens: list[str] = _TOKEN_RE.findall(text.lower())
+    return [token for token in tokens if token not in STOP_WORDS] or tokens
+
+
+def _rows(counts_per_text: list[int]) -> _Index:
+    """Return the text (row) number of every item, given how many items each text has."""
+    return np.repeat(np.arange(len(counts_per_text)), counts_per_text)
+
+
+def _normalise(matrix: _Floats) -> Vector:
+    norms = np.linalg.norm(matrix, axis=1, keepdims=True)
+    np.divide(matrix, norms, out=matrix, where=norms > 0)
+    return np.ascontiguousarray(matrix, dtype=np.float32)
+
+
+def _word_features(word: str, dim: int) -> _WordFeatures:
+    """Map one word to the buckets and signed weights of its word and character n-gram features."""
+    grams = _chargrams(word)
+    boosts = np.array([PREFIX_BOOST if gram[0] == "<" else 1.0 for gram in grams])
+    hashes = [_stable_hash(f"w:{word}"), *(_stable_hash(f"c:{gram}") for gram in grams)]
+    indices = np.array([h % dim for h in hashes], dtype=np.intp)
+    signs = np.array([1.0 if h >> 63 else -1.0 for h in hashes])
+    weights = np.concatenate(([WORD_WEIGHT], boosts * CHARGRAM_WEIGHT / np.linalg.norm(boosts)))
+    return indices, signs * weights, hashes[0]
+
+
+def _chargrams(word: str) -> list[str]:
+    padded = f"<{word[:MAX_CHARGRAM_WORD_CHARS]}>"
+    return [
+        padded[start : start + size]
+        for size in CHARGRAM_SIZES
+        for start in range(len(padded) - size + 1)
+    ] or [padded]
+
+
+def _stable_hash(name: str) -> int:
+    digest = hashlib.blake2b(name.encode("utf-8", "surrogatepass"), digest_size=8).digest()
+    return int.from_bytes(digest, "little")
+
+
+def _bigram_hash(left: _Hashes, right: _Hashes) -> _Hashes:
+    """Mix two word hashes into an order-sensitive bigram hash (splitmix64 finaliser)."""
+    mixed = (left * _GOLDEN) ^ right
+    mixed = (mixed ^ (mixed >> np.uint64(30))) * _MIX1
+    mixed = (mixed ^ (mixed >> np.uint64(27))) * _MIX2
+    return mixed ^ (mixed >> np.uint64(31))
+
+
+def _count_pairs(rows: _Index, keys: _Hashes) -> tuple[_Index, _Hashes, _Index]:
+    """Deduplicate (row, key) pairs; return the unique rows, keys and how often each occurred."""
+    order = np.lexsort((keys, rows))
+    rows, keys = rows[order], keys[order]
+    starts = np.ones(len(keys), dtype=bool)
+    starts[1:] = (rows[1:] != rows[:-1]) | (keys[1:] != keys[:-1])
+    first = np.flatnonzero(starts)
+    return rows[first], keys[first], np.diff(first, append=len(keys))
+
+
+def load_embedder(spec: str, dim: int) -> Embedder:
+    """Build the embedder named by `spec`: "hash" or an import path "package.module:factory".
+
+    The factory is called with no arguments and must return an object with `name`, `dim` and
+    `embed`. Raise ValueError for an unknown spec, an import failure or a malformed embedder.
+    """
+    if spec == "hash":
+        embedder: Embedder = HashingEmbedder(dim)
+    else:
+        embedder = _check_embedder(spec, _import_factory(spec)())
+    log.info("embedder loaded spec=%s name=%s dim=%d", spec, embedder.name, embedder.dim)
+    return embedder
+
+
+def _import_factory(spec: str) -> Callable[[], object]:
+    module_name, sep, attr = spec.partition(":")
+    if not (sep and module_name and attr):
+        raise ValueError(f"unknown embedder spec {spec!r}: use 'hash' or 'package.module:factory'")
+    try:
+        module = importlib.import_module(module_name)
+    except ImportError as exc:
+        raise ValueError(f"cannot import embedder module {module_name!r} ({exc})") from exc
+    factory: object = getattr(module, attr, None)
+    if not callable(factory):
+        raise ValueError(f"embedder factory {spec!r} is missing or not callable")
+    return factory
+
+
+def _check_embedder(spec: str, candidate: object) -> Embedder:
+    name = getattr(candidate, "name", None)
+    dim = getattr(candidate, "dim", None)
+    if not isinstance(name, str) or not name:
+        raise ValueError(f"embedder from {spec!r} lacks a non-empty str `name`")
+    if not isinstance(dim, int) or isinstance(dim, bool) or dim <= 0:
+        raise ValueError(f"embedder from {spec!r} lacks a positive int `dim`")
+    if not callable(getattr(candidate, "embed", None)):
+        raise ValueError(f"embedder from {spec!r} lacks a callable `embed`")
+    return cast(Embedder, candidate)

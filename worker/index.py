@@ -1,0 +1,363 @@
+"""VectorIndex: a namespace's FAISS projection of note vectors. The only module that imports faiss.
+
+Vectors are L2-normalised on the way in, so a score is the cosine similarity (inner product).
+Every vector is keyed by the note's int64 ``seq``; a seq appears at most once.
+
+- **flat** (exact): ``IndexIDMap2(IndexFlatIP)`` keyed by seq. Removal is a real removal.
+- **hnsw** (approximate): ``IndexHNSWFlat`` addressed by row position. ``_Hnsw.row_seq`` maps a
+  row to its seq, or -1 once removed. HNSW cannot drop rows, so removed rows are filtered out
+  during the search itself (an ``IDSelectorBitmap`` of live rows), which still returns k live
+  results where k exist. When removed rows exceed ``COMPACT_FRACTION`` of the index, it is
+  rebuilt from the vectors FAISS already stores.
+
+The index starts flat and is rebuilt as HNSW once more than ``hnsw_threshold`` vectors are live;
+a compaction that leaves ``hnsw_threshold`` or fewer rebuilds it flat again.
+
+On disk a snapshot is one file, replaced atomically: an npy header, the npy row -> seq array
+(empty for flat) and the ``faiss.write_index`` bytes. A snapshot is a cache: Redis is the truth.
+Not thread-safe; each worker process owns its indexes and runs FAISS on one thread.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import pathlib
+import tempfile
+import time
+from typing import Literal, Protocol, TypeGuard
+
+import faiss
+import numpy as np
+import numpy.typing as npt
+
+log = logging.getLogger(__name__)
+
+faiss.omp_set_num_threads(1)
+
+Kind = Literal["flat", "hnsw"]
+Floats = npt.NDArray[np.float32]
+Seqs = npt.NDArray[np.int64]
+
+#: rebuild an HNSW index once removed rows exceed this fraction of its rows
+COMPACT_FRACTION = 0.2
+#: version of the snapshot layout written by VectorIndex.save
+FORMAT_VERSION = 1
+_KIND_CODES: dict[Kind, int] = {"flat": 0, "hnsw": 1}
+
+
+class IndexCorrupt(Exception):
+    """The index snapshot is missing or unreadable; rebuild it from Redis."""
+
+    def __init__(self, message: str | None = None) -> None:
+        super().__init__(message or self.__doc__)
+
+
+class _Backend(Protocol):
+    kind: Kind
+
+    @property
+    def index(self) -> faiss.Index: ...
+    @property
+    def row_seq(self) -> Seqs: ...  # row -> seq, saved with the snapshot; empty for flat
+
+    def __len__(self) -> int: ...
+    def __contains__(self, seq: int) -> bool: ...
+    def add(self, seqs: Seqs, vecs: Floats) -> None: ...
+    def remove(self, seqs: Seqs) -> None: ...
+    def search(self, vecs: Floats, k: int) -> tuple[Floats, Seqs]: ...
+    def export(self) -> tuple[Seqs, Floats]: ...
+    def needs_compaction(self) -> bool: ...
+
+
+class _Flat:
+    """Exact search; FAISS ids are seqs. ``add`` takes new seqs only, ``remove`` present ones."""
+
+    kind: Kind = "flat"
+
+    def __init__(self, index: faiss.IndexIDMap2) -> None:
+        self.index = index
+        self.row_seq: Seqs = np.empty(0, dtype=np.int64)
+        self._seqs: set[int] = set(faiss.vector_to_array(index.id_map).tolist())
+
+    @classmethod
+    def empty(cls, dim: int) -> _Flat:
+        return cls(faiss.IndexIDMap2(faiss.IndexFlatIP(dim)))
+
+    def __len__(self) -> int:
+        return len(self._seqs)
+
+    def __contains__(self, seq: int) -> bool:
+        return seq in self._seqs
+
+    def add(self, seqs: Seqs, vecs: Floats) -> None:
+        self.index.add_with_ids(vecs, seqs)
+        self._seqs.update(seqs.tolist())
+
+    def remove(self, seqs: Seqs) -> None:
+        self.index.remove_ids(faiss.IDSelectorBatch(seqs))
+        self._seqs.difference_update(seqs.tolist())
+
+    def search(self, vecs: Floats, k: int) -> tuple[Floats, Seqs]:
+        return self.index.search(vecs, k)
+
+    def export(self) -> tuple[Seqs, Floats]:
+        seqs: Seqs = faiss.vector_to_array(self.index.id_map)
+        vecs: Floats = self.index.index.reconstruct_n(0, self.index.ntotal)
+        return seqs, vecs
+
+    def needs_compaction(self) -> bool:
+        return False
+
+
+class _Hnsw:
+    """Approximate search; FAISS labels are rows, ``row_seq[row]`` is a seq or -1 (removed)."""
+
+    kind: Kind = "hnsw"
+
+    def __init__(self, index: faiss.IndexHNSWFlat, row_seq: Seqs) -> None:
+        self.index = index
+        self.row_seq = row_seq
+        self._row_of = {seq: row for row, seq in enumerate(row_seq.tolist()) if seq >= 0}
+        self._params: faiss.SearchParameters | None = None  # built lazily, reset on change
+        self._live_bitmap: npt.NDArray[np.uint8] | None = None  # memory the params point into
+
+    @classmethod
+    def empty(cls, dim: int, m: int, ef_construction: int, ef_search: int) -> _Hnsw:
+        index = faiss.IndexHNSWFlat(dim, m, faiss.METRIC_INNER_PRODUCT)
+        index.hnsw.efConstruction = ef_construction
+        index.hnsw.efSearch = ef_search
+        return cls(index, np.empty(0, dtype=np.int64))
+
+    def __len__(self) -> int:
+        return len(self._row_of)
+
+    def __contains__(self, seq: int) -> bool:
+        return seq in self._row_of
+
+    def set_ef_search(self, value: int) -> None:
+        self.index.hnsw.efSearch = value
+        self._params = None
+
+    def add(self, seqs: Seqs, vecs: Floats) -> None:
+        first = len(self.row_seq)
+        self.index.add(vecs)
+        self.row_seq = np.concatenate([self.row_seq, seqs])
+        self._row_of.update(zip(seqs.tolist(), range(first, len(self.row_seq)), strict=True))
+        self._params = None
+
+    def remove(self, seqs: Seqs) -> None:
+        rows = [self._row_of.pop(seq) for seq in seqs.tolist()]
+        self.row_seq[rows] = -1
+        self._params = None
+
+    def search(self, vecs: Floats, k: int) -> tuple[Floats, Seqs]:
+        scores, rows = self.index.search(vecs, k, params=self._search_params())
+        seqs: Seqs = np.where(rows >= 0, self.row_seq[rows], -1)
+        return scores, seqs
+
+    def _search_params(self) -> faiss.SearchParameters | None:
+        """None when every row is live, else parameters that skip removed rows while searching."""
+        if len(self) == len(self.row_seq):
+            return None
+        if self._params is None:
+            self._live_bitmap = np.packbits(self.row_seq >= 0, bitorder="little")
+            bitmap = faiss.swig_ptr(self._live_bitmap)  # n is the bitmap's length in bytes
+            selector = faiss.IDSelectorBitmap(len(self._live_bitmap), bitmap)
+            # Missing from faiss 1.15's stub. It defaults to efSearch=16, not the index's value.
+            self._params = faiss.SearchParametersHNSW(  # type: ignore[attr-defined]
+                sel=selector, efSearch=self.index.hnsw.efSearch
+            )
+        return self._params
+
+    def export(self) -> tuple[Seqs, Floats]:
+        live_rows = np.flatnonzero(self.row_seq >= 0).astype(np.int64)
+        return self.row_seq[live_rows], self.index.reconstruct_batch(live_rows)
+
+    def needs_compaction(self) -> bool:
+        return len(self.row_seq) - len(self) > COMPACT_FRACTION * len(self.row_seq)
+
+
+class VectorIndex:
+    """Inner-product index over L2-normalised float32 vectors, keyed by int64 seq (>= 0)."""
+
+    def __init__(
+        self,
+        dim: int,
+        hnsw_threshold: int = 20_000,
+        hnsw_m: int = 32,
+        ef_search: int = 96,
+        ef_construction: int = 80,
+    ) -> None:
+        if dim < 1 or hnsw_threshold < 0:
+            raise ValueError(f"need dim >= 1 and hnsw_threshold >= 0, got {dim}, {hnsw_threshold}")
+        self.dim = dim
+        self.hnsw_threshold = hnsw_threshold
+        self.hnsw_m = hnsw_m
+        self.ef_construction = ef_construction
+        self._ef_search = ef_search
+        self._backend: _Backend = _Flat.empty(dim)
+
+    def __len__(self) -> int:
+        return len(self._backend)
+
+    def __contains__(self, seq: object) -> bool:
+        return isinstance(seq, int | np.integer) and int(seq) in self._backend
+
+    @property
+    def kind(self) -> Kind:
+        return self._backend.kind
+
+    @property
+    def ef_search(self) -> int:
+        """HNSW search breadth (recall against speed); settable, takes effect at once."""
+        return self._ef_search
+
+    @ef_search.setter
+    def ef_search(self, value: int) -> None:
+        self._ef_search = value
+        if isinstance(self._backend, _Hnsw):
+            self._backend.set_ef_search(value)
+
+    def add(self, seqs: npt.NDArray[np.int64], vecs: npt.NDArray[np.float32]) -> None:
+        """Add or replace vectors; within one batch the last vector for a seq wins."""
+        ids, x = _as_seqs(seqs), self._as_vectors(vecs)
+        if len(ids) != len(x):
+            raise ValueError(f"{len(ids)} seqs for {len(x)} vectors")
+        ids, x = _last_wins(ids, x)
+        self._remove_present(ids)
+        self._backend.add(ids, x)
+        self._maybe_rebuild()
+
+    def remove(self, seqs: npt.NDArray[np.int64]) -> None:
+        """Remove vectors by seq; unknown seqs are ignored."""
+        self._remove_present(np.unique(_as_seqs(seqs)))
+        self._maybe_rebuild()
+
+    def search(
+        self, vecs: npt.NDArray[np.float32], k: int
+    ) -> tuple[npt.NDArray[np.float32], npt.NDArray[np.int64]]:
+        """Best k per query, best first, as (scores, seqs) of shape (n, k).
+
+        Where fewer than k live vectors are found, seqs are padded with -1 and scores with -inf.
+        """
+        if k < 1:
+            raise ValueError(f"k must be positive, got {k}")
+        scores, seqs = self._backend.search(self._as_vectors(vecs), k)
+        scores[seqs < 0] = -np.inf
+        return scores, seqs
+
+    def save(self, path: pathlib.Path) -> None:
+        """Write a snapshot atomically: readers see the old file or the new one, never a mix."""
+        fd, tmp_name = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+        try:
+            with os.fdopen(fd, "wb") as f:
+                np.lib.format.write_array(f, self._header(), allow_pickle=False)
+                np.lib.format.write_array(f, self._backend.row_seq, allow_pickle=False)
+                # streamed: no in-memory copy of the index (not in faiss 1.15's stub)
+                writer = faiss.PyCallbackIOWriter(f.write)  # type: ignore[attr-defined]
+                faiss.write_index(self._backend.index, writer)
+                f.flush()
+                os.fsync(f.fileno())
+            os.replace(tmp_name, path)
+        except BaseException:
+            pathlib.Path(tmp_name).unlink(missing_ok=True)
+            raise
+
+    @classmethod
+    def load(cls, path: pathlib.Path) -> VectorIndex:
+        """Read a snapshot written by save; raise IndexCorrupt if it is missing or unreadable."""
+        try:
+            with path.open("rb") as f:
+                header = np.lib.format.read_array(f, allow_pickle=False)
+                row_seq = np.lib.format.read_array(f, allow_pickle=False)
+                reader = faiss.PyCallbackIOReader(f.read)  # type: ignore[attr-defined]
+                index = faiss.read_index(reader)
+            return cls._from_parts(header, row_seq, index)
+        except (OSError, ValueError, EOFError, RuntimeError) as exc:
+            raise IndexCorrupt(f"cannot read index snapshot {path}") from exc
+
+    @classmethod
+    def _from_parts(cls, header: object, row_seq: object, index: faiss.Index) -> VectorIndex:
+        if not _is_array(header, (7,)) or header[0] != FORMAT_VERSION:
+            raise IndexCorrupt("unknown index snapshot header")
+        dim, threshold, m, ef_search, ef_construction, kind_code = header[1:].tolist()
+        if index.d != dim or index.metric_type != faiss.METRIC_INNER_PRODUCT:
+            raise IndexCorrupt("index snapshot does not match its header")
+        loaded = cls(dim, threshold, m, ef_search, ef_construction)
+        loaded._backend = _backend_from(kind_code, index, row_seq)
+        return loaded
+
+    def _header(self) -> npt.NDArray[np.int64]:
+        fields = [FORMAT_VERSION, self.dim, self.hnsw_threshold, self.hnsw_m, self._ef_search]
+        fields += [self.ef_construction, _KIND_CODES[self.kind]]
+        return np.array(fields, dtype=np.int64)
+
+    def _as_vectors(self, vecs: npt.NDArray[np.float32]) -> Floats:
+        """A normalised C-contiguous float32 copy of vecs, which must be (n, dim)."""
+        x = np.array(vecs, dtype=np.float32, order="C", copy=True)
+        if x.ndim != 2 or x.shape[1] != self.dim:
+            raise ValueError(f"expected vectors of shape (n, {self.dim}), got {x.shape}")
+        faiss.normalize_L2(x)
+        return x
+
+    def _remove_present(self, seqs: Seqs) -> None:
+        present = np.fromiter((s for s in seqs.tolist() if s in self._backend), dtype=np.int64)
+        if len(present):
+            self._backend.remove(present)
+
+    def _maybe_rebuild(self) -> None:
+        grown = self.kind == "flat" and len(self) > self.hnsw_threshold
+        if grown or self._backend.needs_compaction():
+            self._rebuild()
+
+    def _rebuild(self) -> None:
+        """Re-create the index from its live vectors, choosing the kind by the live count."""
+        started = time.perf_counter()
+        seqs, vecs = self._backend.export()
+        backend: _Backend
+        if len(seqs) > self.hnsw_threshold:
+            backend = _Hnsw.empty(self.dim, self.hnsw_m, self.ef_construction, self._ef_search)
+        else:
+            backend = _Flat.empty(self.dim)
+        backend.add(seqs, vecs)
+        log.info(
+            "index rebuilt kind=%s from=%s n=%d in %.1fms",
+            backend.kind,
+            self.kind,
+            len(seqs),
+            (time.perf_counter() - started) * 1000,
+        )
+        self._backend = backend
+
+
+def _as_seqs(seqs: npt.NDArray[np.int64]) -> Seqs:
+    ids = np.ascontiguousarray(seqs, dtype=np.int64)
+    if ids.ndim != 1:
+        raise ValueError(f"expected a 1-d array of seqs, got shape {ids.shape}")
+    if (ids < 0).any():
+        raise ValueError("seqs must be >= 0 (-1 marks padding)")
+    return ids
+
+
+def _last_wins(seqs: Seqs, vecs: Floats) -> tuple[Seqs, Floats]:
+    """Drop earlier duplicates of a seq within one batch, keeping batch order otherwise."""
+    if len(np.unique(seqs)) == len(seqs):
+        return seqs, vecs
+    _, first_from_end = np.unique(seqs[::-1], return_index=True)
+    keep = np.sort(len(seqs) - 1 - first_from_end)
+    return seqs[keep], vecs[keep]
+
+
+def _is_array(value: object, shape: tuple[int, ...]) -> TypeGuard[npt.NDArray[np.int64]]:
+    return isinstance(value, np.ndarray) and value.dtype == np.int64 and value.shape == shape
+
+
+def _backend_from(kind_code: int, index: faiss.Index, row_seq: object) -> _Backend:
+    if kind_code == _KIND_CODES["flat"] and isinstance(index, faiss.IndexIDMap2):
+        return _Flat(index)
+    if kind_code != _KIND_CODES["hnsw"] or not isinstance(index, faiss.IndexHNSWFlat):
+        raise IndexCorrupt("index snapshot does not match its header")
+    if not _is_array(row_seq, (index.ntotal,)):
+        raise IndexCorrupt("index snapshot rows do not match the index")
+    return _Hnsw(index, row_seq)

@@ -1,0 +1,296 @@
+"""Organise a namespace's jobs from one drained batch: embed, find candidates, judge links,
+commit notes + links + change log + audit in one MULTI/EXEC, then update the projection.
+
+Runs under the namespace lock so that two workers never organise one namespace at once.
+Idempotent: each note records the inbox entry that last wrote it (``src``), and a redelivered
+entry at or before that is skipped.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass
+from itertools import groupby
+from typing import Any
+
+import numpy as np
+import numpy.typing as npt
+
+from producer.protocol import DeleteJob, StoreJob
+from worker import notes
+from worker.context import WorkerContext
+from worker.keywords import derive_tags, extract_keywords
+from worker.lease import Lease
+from worker.linking import Candidate, Link, batch_candidates, dedupe_links, judge
+from worker.projection import Projection, catch_up
+
+log = logging.getLogger(__name__)
+
+Job = StoreJob | DeleteJob
+Entry = tuple[str, Job]  #: (inbox entry id, job)
+DEFAULT_IMPORTANCE = 0.5  #: importance of a note whose caller gave none
+AUTO_TAGS = 4  #: keywords promoted to tags on top of the caller's
+
+
+@dataclass
+class _Pending:
+    """A store job that will be written, with what the batch computes for it."""
+
+    entry_id: str
+    job: StoreJob
+    existing: dict[str, Any] | None
+    seq: int = 0
+    vec: npt.NDArray[np.float32] | None = None
+    keywords: frozenset[str] = frozenset()
+    relink: bool = True
+
+
+def handle_jobs(ctx: WorkerContext, ns: str, entries: Sequence[Entry]) -> None:
+    """Apply a namespace's jobs in inbox order (stores batched, deletes in between)."""
+    with Lease(ctx.redis, ctx.keys.lock(ns), ctx.settings.lease_s):
+        proj = ctx.projection(ns)
+        for op, group in groupby(entries, key=lambda e: e[1].op):
+            items = list(group)
+            if op == "store":
+                for round_ in _rounds(items):
+                    _store(ctx, proj, ns, round_)  # type: ignore[arg-type]
+            else:
+                _delete(ctx, proj, ns, items)  # type: ignore[arg-type]
+
+
+def _rounds(entries: list[Entry]) -> list[list[Entry]]:
+    """Split so no id repeats within a round: a second write of an id is applied (and audited)
+    as an update after the first, not folded into it."""
+    rounds: list[list[Entry]] = []
+    seen: list[set[str]] = []
+    for entry in entries:
+        i = next((n for n, ids in enumerate(seen) if entry[1].id not in ids), len(rounds))
+        if i == len(rounds):
+            rounds.append([])
+            seen.append(set())
+        rounds[i].append(entry)
+        seen[i].add(entry[1].id)
+    return rounds
+
+
+def _store(
+    ctx: WorkerContext, proj: Projection, ns: str, entries: list[tuple[str, StoreJob]]
+) -> None:
+    started = time.perf_counter()
+    latest = {job.id: (eid, job) for eid, job in entries}  # ids are unique within a round
+    existing = notes.read_notes(ctx.redis, ctx.keys, ns, list(latest))
+    todo = [
+        _Pending(eid, job, notes.unpack_fields(existing[nid]) if nid in existing else None)
+        for nid, (eid, job) in latest.items()
+        if not _already_applied(existing.get(nid), eid)
+    ]
+    if not todo:
+        return
+    _prepare(ctx, todo)
+    with proj.lock:
+        catch_up(ctx, proj)
+        position = proj.position
+        links = _propose(ctx, proj, todo)
+    changes = _commit(ctx, ns, todo, links)
+    with proj.lock:
+        if proj.position == position:
+            _apply(proj, todo)
+            proj.position = changes
+        else:
+            catch_up(ctx, proj)
+    log.info(
+        "store batch ns=%s n=%d links=%d in %.1fms",
+        ns,
+        len(todo),
+        len(links),
+        (time.perf_counter() - started) * 1000,
+    )
+
+
+def _already_applied(fields: notes.Fields | None, entry_id: str) -> bool:
+    src = fields.get(b"src") if fields else None
+    return src is not None and notes.stream_pos(src) >= notes.stream_pos(entry_id)
+
+
+def _prepare(ctx: WorkerContext, todo: list[_Pending]) -> None:
+    """Seqs for new notes, keywords, and one embedder call for every changed content."""
+    fresh = [p for p in todo if p.existing is None]
+    if fresh:
+        last = int(ctx.redis.incrby(ctx.keys.seq(todo[0].job.ns), len(fresh)))
+        for offset, p in enumerate(fresh):
+            p.seq = last - len(fresh) + 1 + offset
+    for p in todo:
+        p.keywords = frozenset(extract_keywords(p.job.content))
+        if p.existing is not None:
+            p.seq = int(p.existing["seq"])
+            p.relink = (
+                p.existing.get("content") != p.job.content or p.existing["status"] != "active"
+            )
+    to_embed = [p for p in todo if p.relink or p.existing is None]
+    reuse = [p for p in todo if p not in to_embed]
+    if to_embed:
+        vecs = ctx.embedder.embed([p.job.content for p in to_embed])
+        for p, vec in zip(to_embed, vecs, strict=True):
+            p.vec = vec
+    if reuse:
+        stored = ctx.redis.pipeline(transaction=False)
+        for p in reuse:
+            stored.hget(ctx.keys.note(p.job.ns, p.job.id), "vec")
+        for p, raw in zip(reuse, stored.execute(), strict=True):
+            p.vec = np.frombuffer(raw, dtype=np.float32)
+
+
+def _propose(ctx: WorkerContext, proj: Projection, todo: list[_Pending]) -> list[Link]:
+    """Candidates from the index and from the batch itself, judged into links."""
+    s = ctx.settings
+    linking = [p for p in todo if p.relink]
+    if not linking or s.link_k == 0 or s.max_links == 0:
+        return []
+    vecs = _stack(linking)
+    ids = [p.job.id for p in linking]
+    kws = [p.keywords for p in linking]
+    in_batch = batch_candidates(ids, vecs, kws, s.link_k)
+    scores, seqs = proj.index.search(vecs, min(s.link_k + 1, max(len(proj.index), 1)))
+    links: list[Link] = []
+    for i, p in enumerate(linking):
+        cands = [
+            Candidate(proj.ids[int(seq)], float(score), proj.keywords.get(int(seq), frozenset()))
+            for score, seq in zip(scores[i], seqs[i], strict=True)
+            if seq >= 0 and int(seq) in proj.ids
+        ]
+        links += judge(p.job.id, p.keywords, cands + in_batch[i], s.link_threshold, s.max_links)
+    return dedupe_links(links)
+
+
+def _fields(ctx: WorkerContext, p: _Pending) -> dict[str, Any]:
+    job, old = p.job, p.existing or {}
+    keywords = extract_keywords(job.content)
+    return {
+        "id": job.id,
+        "namespace": job.ns,
+        "content": job.content,
+        "kind": old.get("kind", "note"),
+        "keywords": keywords,
+        "tags": derive_tags(keywords[:AUTO_TAGS], job.tags),
+        "context": old.get("context", ""),
+        "metadata": job.metadata,
+        "agent": job.agent,
+        "created_at": old.get("created_at", job.created_at),
+        "event_time": job.event_time,
+        "importance": job.importance
+        if job.importance is not None
+        else float(old.get("importance", DEFAULT_IMPORTANCE)),
+        "access_count": int(old.get("access_count", 0)),
+        "last_access": float(old.get("last_access", 0.0)),
+        "status": "active",
+        "version": int(old.get("version", 0)) + 1,
+        "embedder": ctx.embedder.name,
+        "seq": p.seq,
+        "src": p.entry_id,
+        "updated_at": time.time(),
+    }
+
+
+def _commit(ctx: WorkerContext, ns: str, todo: list[_Pending], links: list[Link]) -> str:
+    """One MULTI/EXEC for the whole batch; returns the last change-log entry id."""
+    keys, cap = ctx.keys, ctx.settings.changelog_max
+    relinked = [p.job.id for p in todo if p.existing is not None and p.relink]
+    old_links = notes.read_links(ctx.redis, keys, ns, relinked) if relinked else {}
+    pipe = ctx.redis.pipeline(transaction=True)
+    removed = 0
+    for p in todo:
+        fields = _fields(ctx, p)
+        assert p.vec is not None
+        write = notes.NoteWrite(
+            p.job.id, p.seq, fields, p.vec.astype(np.float32).tobytes(), created=p.existing is None
+        )
+        if p.job.id in old_links:
+            removed += notes.unlink_all(pipe, keys, ns, p.job.id, old_links[p.job.id])
+        notes.write_note(pipe, keys, ns, write, cap)
+        notes.audit(
+            pipe,
+            keys,
+            ns,
+            "create" if write.created else "update",
+            p.job.id,
+            actor=p.job.agent or "unknown",
+            source=f"inbox:{p.entry_id}",
+            before=notes.public_view(p.existing) if p.existing else None,
+            after=notes.public_view(fields),
+        )
+    added = notes.write_links(pipe, keys, ns, links, source="rule", actor="worker")
+    pipe.hincrby(keys.stats(ns), "links", added - removed)
+    pipe.hset(keys.stats(ns), "last_ingest", time.time())
+    results = pipe.execute()
+    ctx.redis.sadd(keys.namespaces(), ns)
+    change_ids = [r for r in results if isinstance(r, bytes) and b"-" in r]
+    return str(change_ids[-1].decode())
+
+
+def _stack(items: list[_Pending]) -> npt.NDArray[np.float32]:
+    vecs = [p.vec for p in items if p.vec is not None]
+    assert len(vecs) == len(items), "every pending note has a vector by now"
+    return np.vstack(vecs).astype(np.float32)
+
+
+def _apply(proj: Projection, todo: list[_Pending]) -> None:
+    vecs = _stack(todo)
+    proj.add([p.seq for p in todo], [p.job.id for p in todo], vecs, [p.keywords for p in todo])
+
+
+def _delete(
+    ctx: WorkerContext, proj: Projection, ns: str, entries: list[tuple[str, DeleteJob]]
+) -> None:
+    ids = list(dict.fromkeys(job.id for _, job in entries))
+    existing = notes.read_notes(ctx.redis, ctx.keys, ns, ids)
+    live = [nid for nid in ids if existing.get(nid, {}).get(b"status") == b"active"]
+    if not live:
+        return
+    actors = {job.id: job.agent or "unknown" for _, job in entries}
+    sources = {job.id: eid for eid, job in entries}
+    tombstone_notes(ctx, proj, ns, {nid: existing[nid] for nid in live}, "delete", actors, sources)
+
+
+def tombstone_notes(
+    ctx: WorkerContext,
+    proj: Projection,
+    ns: str,
+    existing: dict[str, notes.Fields],
+    op: str,
+    actors: dict[str, str],
+    sources: dict[str, str],
+) -> int:
+    """Tombstone notes and unlink them from both sides (delete and eviction share this)."""
+    keys = ctx.keys
+    neighbours = notes.read_links(ctx.redis, keys, ns, list(existing))
+    pipe = ctx.redis.pipeline(transaction=True)
+    removed = 0
+    for nid, fields in existing.items():
+        removed += notes.unlink_all(pipe, keys, ns, nid, neighbours[nid])
+        notes.tombstone(pipe, keys, ns, nid, int(fields[b"seq"]), ctx.settings.changelog_max)
+        notes.audit(
+            pipe,
+            keys,
+            ns,
+            op,
+            nid,
+            actor=actors.get(nid, "worker"),
+            source=sources.get(nid, op),
+            before=notes.public_view(notes.unpack_fields(fields)),
+            after={"status": "tombstoned"},
+        )
+    pipe.hincrby(keys.stats(ns), "links", -_undirected(existing, neighbours))
+    pipe.execute()
+    with proj.lock:
+        catch_up(ctx, proj)
+    return len(existing)
+
+
+def _undirected(existing: dict[str, notes.Fields], neighbours: dict[str, dict[str, float]]) -> int:
+    """Links removed, counting a link between two removed notes once."""
+    total = 0
+    for nid, nbs in neighbours.items():
+        total += sum(1 for nb in nbs if nb not in existing or nb > nid)
+    return total

@@ -1,0 +1,51 @@
+"""Deterministic keyword and tag extraction (no model): content words ranked by weight."""
+
+from __future__ import annotations
+
+import re
+from collections import Counter
+
+QUOTES = "'\u2019-"  #: stripped from both ends of a word
+POSSESSIVE_RE = re.compile(r"['\u2019]s$")  #: "customer's" -> "customer"
+WORD_RE = re.compile(r"[^\W_][\w'\u2019-]*", re.UNICODE)  #: a word: letters/digits, inner ' and -
+
+#: Common English words that never make a keyword.
+STOPWORDS = frozenset(
+    """a about above after again against all also am an and any are as at be because been before
+    being below between both but by can could did do does doing down during each even ever few for
+    from further get gets got had has have having he her here hers herself him himself his how i if
+    in into is it its itself just let like me more most much must my myself no nor not now of off
+    on once only or other our ours ourselves out over own really same say says she should so some
+    still such than that the their theirs them themselves then there these they this those through
+    to too under until up us very was we well were what when where which while who whom why will
+    with would yeah yes you your yours yourself yourselves i'm it's that's don't i've you're
+    thanks thank oh hey hi wow sure okay ok lot lots one things thing way going really""".split()
+)
+
+
+def tokenize(text: str) -> list[str]:
+    """Lowercased words with leading/trailing quote marks and hyphens stripped."""
+    words = (POSSESSIVE_RE.sub("", w).strip(QUOTES) for w in WORD_RE.findall(text.lower()))
+    return [w for w in words if w]
+
+
+def extract_keywords(text: str, max_keywords: int = 8) -> list[str]:
+    """The most salient content words: frequency, then length, then first position."""
+    words = [w for w in tokenize(text) if w not in STOPWORDS and len(w) > 2 and not w.isdigit()]
+    if not words:
+        return []
+    counts = Counter(words)
+    first = {w: i for i, w in reversed(list(enumerate(words)))}
+    ranked = sorted(counts, key=lambda w: (-counts[w], -min(len(w), 12), first[w]))
+    return ranked[:max_keywords]
+
+
+def derive_tags(keywords: list[str], caller_tags: list[str], max_tags: int = 8) -> list[str]:
+    """Caller tags first, then the top keywords, without duplicates."""
+    out = list(dict.fromkeys(caller_tags))
+    for kw in keywords:
+        if len(out) >= max(max_tags, len(caller_tags)):
+            break
+        if kw not in out:
+            out.append(kw)
+    return out

@@ -1,0 +1,74 @@
+"""Leases in Redis: a key holding a random token with a TTL, renewed while work goes on.
+
+Used for the shard lease (one drain per shard) and the namespace lock (one mutator per
+namespace). A holder that dies simply stops renewing; the lease expires and work moves on.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from types import TracebackType
+
+from redis import Redis
+
+RELEASE_LUA = (
+    "if redis.call('GET', KEYS[1]) == ARGV[1] then return redis.call('DEL', KEYS[1]) end return 0"
+)
+RENEW_LUA = (
+    "if redis.call('GET', KEYS[1]) == ARGV[1] then "
+    "return redis.call('PEXPIRE', KEYS[1], ARGV[2]) end return 0"
+)
+
+
+class LeaseLost(Exception):
+    """The lease expired or was taken while its holder still worked."""
+
+
+class Lease:
+    """``with Lease(r, key, ttl_s).wait(timeout_s):`` or ``if lease.acquire(): ...``."""
+
+    def __init__(self, r: Redis, key: str, ttl_s: float) -> None:
+        self.r = r
+        self.key = key
+        self.ttl_ms = int(ttl_s * 1000)
+        self.token = os.urandom(12).hex().encode()
+        self.held = False
+
+    def acquire(self) -> bool:
+        self.held = bool(self.r.set(self.key, self.token, nx=True, px=self.ttl_ms))
+        return self.held
+
+    def wait(self, timeout_s: float) -> Lease:
+        """Acquire, retrying every few ms until ``timeout_s``; raise LeaseLost if it never frees."""
+        deadline = time.monotonic() + timeout_s
+        delay = 0.002
+        while not self.acquire():
+            if time.monotonic() > deadline:
+                raise LeaseLost(f"{self.key} stayed held for {timeout_s:.1f}s")
+            time.sleep(delay)
+            delay = min(delay * 2, 0.05)
+        return self
+
+    def renew(self) -> None:
+        if not self.r.eval(RENEW_LUA, 1, self.key, self.token, self.ttl_ms):
+            self.held = False
+            raise LeaseLost(f"lost {self.key}")
+
+    def release(self) -> None:
+        if self.held:
+            self.r.eval(RELEASE_LUA, 1, self.key, self.token)
+            self.held = False
+
+    def __enter__(self) -> Lease:
+        if not self.held:
+            self.wait(self.ttl_ms / 1000)
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.release()

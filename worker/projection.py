@@ -1,0 +1,192 @@
+"""A worker's per-namespace projection of Redis: the FAISS index plus the seq -> id map.
+
+Redis is the truth (DESIGN invariant 2). A projection is built from the namespace's notes, or
+loaded from a snapshot, then kept current by replaying the namespace's change log. Any
+projection can be thrown away: the next use rebuilds it.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import logging
+import threading
+import time
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+import msgpack
+import numpy as np
+
+from worker.index import IndexCorrupt, VectorIndex
+from worker.notes import stream_pos
+
+if TYPE_CHECKING:
+    from worker.context import WorkerContext
+
+log = logging.getLogger(__name__)
+
+CATCH_UP_CHUNK = 2_000  #: change-log entries read per round trip
+REBUILD_CHUNK = 1_000  #: notes fetched per round trip when rebuilding
+
+
+class Projection:
+    """The index of one namespace. Callers hold ``lock`` while reading or changing it."""
+
+    def __init__(self, ns: str, index: VectorIndex) -> None:
+        self.ns = ns
+        self.index = index
+        self.ids: dict[int, str] = {}
+        self.keywords: dict[int, frozenset[str]] = {}
+        self.position = "0-0"  #: last change-log entry applied
+        self.lock = threading.RLock()
+
+    def add(
+        self, seqs: list[int], ids: list[str], vecs: np.ndarray, keywords: list[frozenset[str]]
+    ) -> None:
+        if not seqs:
+            return
+        self.index.add(np.asarray(seqs, dtype=np.int64), np.ascontiguousarray(vecs, np.float32))
+        for seq, nid, kws in zip(seqs, ids, keywords, strict=True):
+            self.ids[seq] = nid
+            self.keywords[seq] = kws
+
+    def remove(self, seqs: list[int]) -> None:
+        if not seqs:
+            return
+        self.index.remove(np.asarray(seqs, dtype=np.int64))
+        for seq in seqs:
+            self.ids.pop(seq, None)
+            self.keywords.pop(seq, None)
+
+
+def snapshot_path(ctx: WorkerContext, ns: str) -> Path:
+    digest = hashlib.sha1(f"{ctx.keys.prefix}/{ns}".encode()).hexdigest()[:20]
+    return ctx.settings.index_dir / f"{digest}.faiss"
+
+
+def open_projection(ctx: WorkerContext, ns: str) -> Projection:
+    """Load the namespace's snapshot and catch up, or rebuild it from Redis."""
+    proj = _load_snapshot(ctx, ns)
+    if proj is None:
+        proj = Projection(ns, _new_index(ctx))
+        rebuild(ctx, proj)
+    catch_up(ctx, proj)
+    return proj
+
+
+def _new_index(ctx: WorkerContext) -> VectorIndex:
+    return VectorIndex(ctx.embedder.dim, hnsw_threshold=ctx.settings.hnsw_threshold)
+
+
+def rebuild(ctx: WorkerContext, proj: Projection) -> None:
+    """Rebuild from the namespace's active notes; the change log then covers later writes."""
+    started = time.perf_counter()
+    r, keys, ns = ctx.redis, ctx.keys, proj.ns
+    last = r.xrevrange(keys.changes(ns), count=1)
+    proj.index = _new_index(ctx)
+    proj.ids.clear()
+    proj.keywords.clear()
+    proj.position = last[0][0].decode() if last else "0-0"
+    members = r.zrange(keys.active(ns), 0, -1, withscores=True)
+    for start in range(0, len(members), REBUILD_CHUNK):
+        chunk = [(m.decode(), int(s)) for m, s in members[start : start + REBUILD_CHUNK]]
+        _add_from_notes(ctx, proj, chunk)
+    log.info(
+        "rebuilt ns=%s notes=%d in %.1fms",
+        ns,
+        len(proj.ids),
+        (time.perf_counter() - started) * 1000,
+    )
+
+
+def _add_from_notes(ctx: WorkerContext, proj: Projection, members: list[tuple[str, int]]) -> None:
+    pipe = ctx.redis.pipeline(transaction=False)
+    for nid, _ in members:
+        pipe.hmget(ctx.keys.note(proj.ns, nid), ["vec", "keywords", "status", "seq"])
+    seqs, ids, vecs, kws = [], [], [], []
+    for (nid, seq), (vec, raw_kws, status, raw_seq) in zip(members, pipe.execute(), strict=True):
+        if vec is None or status != b"active" or raw_seq is None or int(raw_seq) != seq:
+            continue
+        seqs.append(seq)
+        ids.append(nid)
+        vecs.append(np.frombuffer(vec, dtype=np.float32))
+        kws.append(frozenset(msgpack.unpackb(raw_kws) if raw_kws else ()))
+    if seqs:
+        proj.add(seqs, ids, np.vstack(vecs), kws)
+
+
+def catch_up(ctx: WorkerContext, proj: Projection) -> int:
+    """Apply change-log entries after ``proj.position``; rebuild if some were trimmed away."""
+    r, key = ctx.redis, ctx.keys.changes(proj.ns)
+    applied = 0
+    while True:
+        entries = r.xrange(key, min=f"({proj.position}", count=CATCH_UP_CHUNK)
+        if not entries:
+            return applied
+        if applied == 0 and proj.position != "0-0" and _trimmed_past(ctx, proj):
+            log.warning("change log of ns=%s trimmed past this projection; rebuilding", proj.ns)
+            rebuild(ctx, proj)
+            continue
+        _apply_entries(ctx, proj, entries)
+        applied += len(entries)
+
+
+def _trimmed_past(ctx: WorkerContext, proj: Projection) -> bool:
+    first = ctx.redis.xrange(ctx.keys.changes(proj.ns), count=1)
+    return bool(first) and stream_pos(first[0][0]) > stream_pos(proj.position)
+
+
+def _apply_entries(
+    ctx: WorkerContext, proj: Projection, entries: list[tuple[bytes, dict[bytes, bytes]]]
+) -> None:
+    adds: dict[int, str] = {}
+    removes: list[int] = []
+    for _, fields in entries:
+        seq = int(fields[b"seq"])
+        if fields[b"op"] == b"add":
+            adds[seq] = fields[b"id"].decode()
+        else:
+            adds.pop(seq, None)
+            removes.append(seq)
+    proj.remove(removes)
+    _add_from_notes(ctx, proj, [(nid, seq) for seq, nid in adds.items()])
+    proj.position = entries[-1][0].decode()
+
+
+def save_snapshot(ctx: WorkerContext, proj: Projection) -> Path:
+    """Write the projection to ``index_dir`` (atomically) so a restart only catches up."""
+    path = snapshot_path(ctx, proj.ns)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    proj.index.save(path)
+    side = {
+        "ns": proj.ns,
+        "position": proj.position,
+        "embedder": ctx.embedder.name,
+        "ids": list(proj.ids.items()),
+        "keywords": [(s, sorted(k)) for s, k in proj.keywords.items()],
+    }
+    tmp = path.with_suffix(".meta.tmp")
+    tmp.write_bytes(msgpack.packb(side, use_bin_type=True))
+    tmp.replace(path.with_suffix(".meta"))
+    return path
+
+
+def _load_snapshot(ctx: WorkerContext, ns: str) -> Projection | None:
+    path = snapshot_path(ctx, ns)
+    meta = path.with_suffix(".meta")
+    if not path.exists() or not meta.exists():
+        return None
+    try:
+        side = msgpack.unpackb(meta.read_bytes(), raw=False, strict_map_key=False)
+        index = VectorIndex.load(path)
+    except (IndexCorrupt, ValueError, OSError, msgpack.UnpackException) as exc:
+        log.warning("snapshot of ns=%s unusable (%s); rebuilding from Redis", ns, exc)
+        return None
+    if side.get("ns") != ns or side.get("embedder") != ctx.embedder.name:
+        return None
+    proj = Projection(ns, index)
+    proj.ids = {int(s): nid for s, nid in side["ids"]}
+    proj.keywords = {int(s): frozenset(k) for s, k in side["keywords"]}
+    proj.position = side["position"]
+    log.info("loaded snapshot ns=%s notes=%d position=%s", ns, len(proj.ids), proj.position)
+    return proj

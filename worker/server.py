@@ -1,0 +1,89 @@
+"""Search serving: threads that BRPOP search jobs and LPUSH replies (no Celery hop).
+
+Every worker process runs ``search_threads`` of them against its own projections, so any
+worker answers any namespace and adding workers adds search capacity.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+
+from redis import Redis
+from redis.exceptions import ConnectionError as RedisConnectionError
+from redis.exceptions import TimeoutError as RedisTimeoutError
+
+from producer.errors import ProtocolError
+from producer.protocol import Reply, SearchJob, pack, unpack
+from worker import search
+from worker.context import WorkerContext
+
+log = logging.getLogger(__name__)
+
+POLL_S = 1.0  #: BRPOP timeout, so that stop() is noticed within a second
+
+
+def serve_once(ctx: WorkerContext, conn: Redis, timeout_s: float = POLL_S) -> bool:
+    """Take one search job (waiting up to ``timeout_s``) and reply; False when none came."""
+    got = conn.brpop([ctx.keys.search_queue()], timeout=timeout_s)
+    if got is None:
+        return False
+    try:
+        job = unpack(SearchJob, got[1])
+    except ProtocolError as exc:
+        log.warning("dropped undecodable search job: %s", exc)
+        return True
+    try:
+        reply = search.handle(ctx, job)
+    except (RedisConnectionError, RedisTimeoutError):
+        raise
+    except Exception as exc:
+        log.exception("search job_id=%s failed", job.job_id)
+        reply = Reply(job_id=job.job_id, ok=False, error=f"worker error: {exc!r}")
+    if reply is not None:
+        pipe = ctx.redis.pipeline(transaction=False)
+        pipe.lpush(ctx.keys.reply(job.job_id), pack(reply))
+        pipe.expire(ctx.keys.reply(job.job_id), ctx.settings.result_ttl_s)
+        pipe.execute()
+    return True
+
+
+class SearchServer:
+    """``threads`` daemon threads serving search jobs until ``stop()``."""
+
+    def __init__(self, ctx: WorkerContext, threads: int = 1) -> None:
+        self.ctx = ctx
+        self._stop = threading.Event()
+        self._threads = [
+            threading.Thread(target=self._run, name=f"zq-search-{i}", daemon=True)
+            for i in range(threads)
+        ]
+
+    def start(self) -> SearchServer:
+        for t in self._threads:
+            t.start()
+        return self
+
+    def stop(self, timeout_s: float = 5.0) -> None:
+        self._stop.set()
+        for t in self._threads:
+            t.join(timeout_s)
+
+    def _run(self) -> None:
+        s = self.ctx.settings
+        conn = Redis.from_url(
+            s.redis_url,
+            socket_timeout=POLL_S + s.socket_timeout_s,
+            socket_connect_timeout=s.socket_timeout_s,
+        )
+        backoff = 0.1
+        while not self._stop.is_set():
+            try:
+                serve_once(self.ctx, conn)
+                backoff = 0.1
+            except (RedisConnectionError, RedisTimeoutError) as exc:
+                log.warning("search server lost Redis (%s); retrying in %.1fs", exc, backoff)
+                time.sleep(backoff)
+                backoff = min(backoff * 2, 5.0)
+        conn.close()
