@@ -1,0 +1,55 @@
+"""Fault injection: a worker SIGKILLed mid-batch loses nothing and duplicates nothing."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+
+import pytest
+
+from producer import MemoryClient
+from tests.e2e.test_worker_process import wait_until, worker_env
+from worker.context import WorkerContext
+from worker.integrity import check_namespace
+
+pytestmark = pytest.mark.e2e
+
+N = 3000
+
+
+def spawn_worker(settings) -> subprocess.Popen[bytes]:
+    return subprocess.Popen(
+        [sys.executable, "-m", "worker.cli", "worker", "--loglevel=WARNING"],
+        env=worker_env(settings),
+        stdout=subprocess.DEVNULL,
+        start_new_session=True,  # its own process group, so kill -9 takes the pool child too
+    )
+
+
+def test_sigkill_mid_batch_loses_and_duplicates_nothing(settings, ctx: WorkerContext):
+    with MemoryClient(settings) as mem:
+        ids = []
+        for start in range(0, N, 500):
+            batch = range(start, start + 500)
+            texts = [f"crash test note {i} on topic {i % 37} and shard work" for i in batch]
+            ids += mem.store_many(texts, namespace="crash")
+        victim = spawn_worker(settings)
+        wait_until(lambda: mem.stats("crash").notes > 0, timeout_s=60)
+        os.killpg(victim.pid, signal.SIGKILL)
+        victim.wait()
+        assert mem.stats("crash").notes < N, "the kill must land mid-ingest"
+        survivor = spawn_worker(settings)
+        try:
+            wait_until(lambda: mem.stats("crash").pending == 0, timeout_s=60)
+        finally:
+            os.killpg(survivor.pid, signal.SIGTERM)
+            survivor.wait(30)
+        stats = mem.stats("crash")
+    assert stats.notes == N
+    assert int(ctx.redis.zcard(ctx.keys.active("crash"))) == N
+    assert {m.decode() for m in ctx.redis.zrange(ctx.keys.active("crash"), 0, -1)} == set(ids)
+    creates = [e for _, e in ctx.redis.xrange(ctx.keys.audit("crash")) if e[b"op"] == b"create"]
+    assert len(creates) == N, "each note created exactly once"
+    assert check_namespace(ctx, "crash") == []

@@ -1,0 +1,213 @@
+"""The ``zettelq`` command: run workers, beat and a dev stack; store, search and inspect.
+
+zettelq dev                 embedded Redis (when none answers) + worker + beat; Ctrl-C stops all
+zettelq worker [ARGS]       a Celery worker on the zettelq queues (ARGS go to celery)
+zettelq beat [ARGS]         the beat scheduler (run exactly one per deployment)
+zettelq demo                store seed memories, search, walk links (starts its own worker)
+zettelq store TEXT          queue a note; prints its id
+zettelq search QUERY        print the best hits
+zettelq get ID | stats | flush
+zettelq dead list|retry|purge
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Sequence
+from typing import Any
+
+from producer import MemoryClient
+from worker.settings import WorkerSettings
+
+log = logging.getLogger(__name__)
+
+QUEUES = "zq.ingest,zq.maint"  #: the Celery queues a zettelq worker consumes
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args, rest = _parser().parse_known_args(argv)
+    if rest and args.command not in ("worker", "beat"):
+        _parser().error(f"unrecognised arguments: {' '.join(rest)}")
+    if args.command not in ("worker", "beat"):  # Celery configures its own logging
+        logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(message)s")
+    settings = WorkerSettings()
+    handler = COMMANDS[args.command]
+    return int(handler(settings, args, rest) or 0)
+
+
+def _parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="zettelq", description=__doc__.split("\n\n")[0])
+    sub = p.add_subparsers(dest="command", required=True)
+    sub.add_parser("dev", help="embedded Redis + worker + beat, stopped together on Ctrl-C")
+    sub.add_parser("worker", help="run a Celery worker (extra arguments go to celery)")
+    sub.add_parser("beat", help="run the beat scheduler (exactly one per deployment)")
+    sub.add_parser("demo", help="store the seed memories, search them and walk their links")
+    store = sub.add_parser("store", help="queue one note and print its id")
+    store.add_argument("text")
+    store.add_argument("--agent")
+    store.add_argument("--tag", action="append", dest="tags")
+    store.add_argument("--id")
+    search = sub.add_parser("search", help="print the best hits for a query")
+    search.add_argument("query")
+    search.add_argument("-k", type=int, default=5)
+    search.add_argument("--json", action="store_true")
+    get = sub.add_parser("get", help="print one note as JSON")
+    get.add_argument("id")
+    sub.add_parser("stats", help="print a namespace's counters as JSON")
+    sub.add_parser("flush", help="wait until everything queued so far is organised")
+    dead = sub.add_parser("dead", help="inspect or replay dead-lettered jobs")
+    dead.add_argument("action", choices=["list", "retry", "purge"])
+    dead.add_argument("--count", type=int, default=20)
+    for sp in (store, search, get, *_namespaced(sub)):
+        sp.add_argument("-n", "--namespace", default=None)
+    return p
+
+
+def _namespaced(sub: Any) -> list[argparse.ArgumentParser]:
+    return [sub.choices["stats"], sub.choices["flush"]]
+
+
+def _worker(settings: WorkerSettings, args: argparse.Namespace, rest: list[str]) -> int:
+    from worker.celery_app import app
+
+    app.worker_main(["worker", "-Q", QUEUES, *rest])
+    return 0
+
+
+def _beat(settings: WorkerSettings, args: argparse.Namespace, rest: list[str]) -> int:
+    from worker.celery_app import app
+
+    schedule = settings.index_dir.parent / "celerybeat-schedule"
+    schedule.parent.mkdir(parents=True, exist_ok=True)
+    app.start(["beat", "--schedule", str(schedule), *rest])
+    return 0
+
+
+def spawn(command: str, *extra: str, quiet: bool = False) -> subprocess.Popen[bytes]:
+    """Start ``zettelq COMMAND`` as a child process with this environment."""
+    out = subprocess.DEVNULL if quiet else None
+    return subprocess.Popen([sys.executable, "-m", "worker.cli", command, *extra], stdout=out)
+
+
+def stop(procs: Sequence[subprocess.Popen[bytes]], timeout_s: float = 15.0) -> None:
+    """SIGTERM (Celery's warm shutdown), then SIGKILL whatever is still running."""
+    for proc in procs:
+        if proc.poll() is None:
+            proc.send_signal(signal.SIGTERM)
+    deadline = time.monotonic() + timeout_s
+    for proc in procs:
+        try:
+            proc.wait(max(deadline - time.monotonic(), 0.1))
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+
+
+def _dev(settings: WorkerSettings, args: argparse.Namespace, rest: list[str]) -> int:
+    from worker.devserver import ensure_redis
+
+    embedded = ensure_redis(settings.redis_url)
+    procs = [spawn("worker", "--loglevel=INFO"), spawn("beat", "--loglevel=INFO")]
+    try:
+        while all(p.poll() is None for p in procs):
+            time.sleep(0.5)
+    except KeyboardInterrupt:
+        log.info("stopping")
+    finally:
+        stop(procs)
+        if embedded is not None:
+            embedded.stop()
+    return 0
+
+
+def _demo(settings: WorkerSettings, args: argparse.Namespace, rest: list[str]) -> int:
+    from worker.demo import run_demo
+
+    worker = spawn("worker", "--loglevel=WARNING", quiet=True)
+    try:
+        return run_demo(settings)
+    finally:
+        stop([worker])
+
+
+def _store(settings: WorkerSettings, args: argparse.Namespace, rest: list[str]) -> int:
+    with MemoryClient(settings) as mem:
+        nid = mem.store(
+            args.text, namespace=args.namespace, agent=args.agent, tags=args.tags, id=args.id
+        )
+    _out(nid)
+    return 0
+
+
+def _search(settings: WorkerSettings, args: argparse.Namespace, rest: list[str]) -> int:
+    with MemoryClient(settings) as mem:
+        hits = mem.search(args.query, namespace=args.namespace, k=args.k)
+    if args.json:
+        _out(json.dumps([h.model_dump() for h in hits], indent=2))
+    for h in [] if args.json else hits:
+        _out(f"{h.score:.3f}  {h.id}  {h.content}")
+    return 0
+
+
+def _get(settings: WorkerSettings, args: argparse.Namespace, rest: list[str]) -> int:
+    with MemoryClient(settings) as mem:
+        _out(mem.get(args.id, namespace=args.namespace).model_dump_json(indent=2))
+    return 0
+
+
+def _stats(settings: WorkerSettings, args: argparse.Namespace, rest: list[str]) -> int:
+    with MemoryClient(settings) as mem:
+        _out(mem.stats(args.namespace).model_dump_json(indent=2))
+    return 0
+
+
+def _flush(settings: WorkerSettings, args: argparse.Namespace, rest: list[str]) -> int:
+    with MemoryClient(settings) as mem:
+        mem.flush(args.namespace)
+    return 0
+
+
+def _dead(settings: WorkerSettings, args: argparse.Namespace, rest: list[str]) -> int:
+    from worker import deadletter
+    from worker.context import WorkerContext
+
+    ctx = WorkerContext.build(settings)
+    try:
+        if args.action == "list":
+            for row in deadletter.list_dead(ctx, args.count):
+                _out(json.dumps(row))
+        elif args.action == "retry":
+            _out(f"requeued {deadletter.retry_dead(ctx, args.count)}")
+        else:
+            _out(f"purged {deadletter.purge_dead(ctx)}")
+    finally:
+        ctx.close()
+    return 0
+
+
+def _out(text: str) -> None:
+    sys.stdout.write(text + "\n")
+
+
+COMMANDS = {
+    "dev": _dev,
+    "worker": _worker,
+    "beat": _beat,
+    "demo": _demo,
+    "store": _store,
+    "search": _search,
+    "get": _get,
+    "stats": _stats,
+    "flush": _flush,
+    "dead": _dead,
+}
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,48 @@
+"""The dead-letter stream: jobs a worker could not decode or apply, with their reasons."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from worker.context import WorkerContext
+
+
+def list_dead(ctx: WorkerContext, count: int = 20) -> list[dict[str, Any]]:
+    """The oldest ``count`` dead-lettered jobs (payload shown as its size and first bytes)."""
+    rows = []
+    for entry_id, fields in ctx.redis.xrange(ctx.keys.dead(), count=count):
+        payload = fields.get(b"payload", b"")
+        rows.append(
+            {
+                "dead_id": entry_id.decode(),
+                "reason": fields.get(b"reason", b"").decode(errors="replace"),
+                "namespace": fields.get(b"ns", b"").decode(errors="replace"),
+                "shard": int(fields.get(b"shard", b"0")),
+                "entry": fields.get(b"entry", b"").decode(),
+                "at": float(fields.get(b"ts", b"0")),
+                "payload_bytes": len(payload),
+                "payload_head": payload[:64].hex(),
+            }
+        )
+    return rows
+
+
+def retry_dead(ctx: WorkerContext, count: int = 20) -> int:
+    """Put the oldest ``count`` dead jobs back on their shard streams (e.g. after a fix)."""
+    moved = 0
+    for entry_id, fields in ctx.redis.xrange(ctx.keys.dead(), count=count):
+        shard = int(fields.get(b"shard", b"0")) % ctx.keys.shard_count
+        pipe = ctx.redis.pipeline(transaction=False)
+        pipe.xadd(ctx.keys.inbox(shard), {"j": fields.get(b"payload", b"")})
+        pipe.xdel(ctx.keys.dead(), entry_id)
+        pipe.execute()
+        moved += 1
+    return moved
+
+
+def purge_dead(ctx: WorkerContext) -> int:
+    """Drop every dead-lettered job; return how many there were."""
+    pipe = ctx.redis.pipeline(transaction=True)
+    pipe.xlen(ctx.keys.dead())
+    pipe.delete(ctx.keys.dead())
+    return int(pipe.execute()[0])

@@ -1,0 +1,47 @@
+"""Consistency check of one namespace's canonical data (used by tests, the load bench and
+``zettelq check``). Returns human-readable problems; an empty list means consistent."""
+
+from __future__ import annotations
+
+from worker.context import WorkerContext
+
+
+def check_namespace(ctx: WorkerContext, ns: str) -> list[str]:
+    """Every active note has a hash, a vector and a unique seq; every link has both ends active,
+    the same weight both ways and its reason; tombstoned notes have no links."""
+    r, keys = ctx.redis, ctx.keys
+    active = {m.decode(): int(s) for m, s in r.zrange(keys.active(ns), 0, -1, withscores=True)}
+    tombstoned = {m.decode() for m in r.zrange(keys.tombstoned(ns), 0, -1)}
+    problems = [f"note {n} is both active and tombstoned" for n in active.keys() & tombstoned]
+    if len(set(active.values())) != len(active):
+        problems.append("two active notes share a seq")
+    pipe = r.pipeline(transaction=False)
+    for nid in active:
+        pipe.hmget(keys.note(ns, nid), ["status", "seq", "vec"])
+        pipe.zrange(keys.links(ns, nid), 0, -1, withscores=True)
+        pipe.hkeys(keys.linkmeta(ns, nid))
+    replies = pipe.execute()
+    links: dict[str, dict[str, float]] = {}
+    for i, nid in enumerate(active):
+        (status, seq, vec), raw_links, meta = replies[3 * i : 3 * i + 3]
+        if status != b"active" or seq is None or int(seq) != active[nid] or not vec:
+            problems.append(f"note {nid}: hash does not match the active set")
+        links[nid] = {m.decode(): w for m, w in raw_links}
+        if {m.decode() for m in meta} != set(links[nid]):
+            problems.append(f"note {nid}: link reasons do not match its links")
+    problems += _check_links(links)
+    problems += [f"tombstoned {n} keeps links" for n in tombstoned if r.exists(keys.links(ns, n))]
+    return problems
+
+
+def _check_links(links: dict[str, dict[str, float]]) -> list[str]:
+    problems = []
+    for nid, nbs in links.items():
+        for nb, weight in nbs.items():
+            if nb == nid:
+                problems.append(f"note {nid} links to itself")
+            elif nb not in links:
+                problems.append(f"link {nid} -> {nb}: {nb} is not an active note")
+            elif links[nb].get(nid) != weight:
+                problems.append(f"link {nid} -> {nb} is one-sided or weighted differently")
+    return problems
