@@ -11,7 +11,7 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from itertools import groupby
 from typing import Any
 
@@ -43,7 +43,7 @@ class _Pending:
     existing: dict[str, Any] | None
     seq: int = 0
     vec: npt.NDArray[np.float32] | None = None
-    keywords: frozenset[str] = frozenset()
+    keywords: list[str] = field(default_factory=list)
     relink: bool = True
 
 
@@ -122,7 +122,7 @@ def _prepare(ctx: WorkerContext, todo: list[_Pending]) -> None:
         for offset, p in enumerate(fresh):
             p.seq = last - len(fresh) + 1 + offset
     for p in todo:
-        p.keywords = frozenset(extract_keywords(p.job.content))
+        p.keywords = extract_keywords(p.job.content)
         if p.existing is not None:
             p.seq = int(p.existing["seq"])
             p.relink = (
@@ -150,7 +150,7 @@ def _propose(ctx: WorkerContext, proj: Projection, todo: list[_Pending]) -> list
         return []
     vecs = _stack(linking)
     ids = [p.job.id for p in linking]
-    kws = [p.keywords for p in linking]
+    kws = [frozenset(p.keywords) for p in linking]
     in_batch = batch_candidates(ids, vecs, kws, s.link_k)
     scores, seqs = proj.index.search(vecs, min(s.link_k + 1, max(len(proj.index), 1)))
     links: list[Link] = []
@@ -160,13 +160,13 @@ def _propose(ctx: WorkerContext, proj: Projection, todo: list[_Pending]) -> list
             for score, seq in zip(scores[i], seqs[i], strict=True)
             if seq >= 0 and int(seq) in proj.ids
         ]
-        links += judge(p.job.id, p.keywords, cands + in_batch[i], s.link_threshold, s.max_links)
+        links += judge(p.job.id, kws[i], cands + in_batch[i], s.link_threshold, s.max_links)
     return dedupe_links(links)
 
 
 def _fields(ctx: WorkerContext, p: _Pending) -> dict[str, Any]:
     job, old = p.job, p.existing or {}
-    keywords = extract_keywords(job.content)
+    keywords = p.keywords
     return {
         "id": job.id,
         "namespace": job.ns,
@@ -194,39 +194,50 @@ def _fields(ctx: WorkerContext, p: _Pending) -> dict[str, Any]:
 
 
 def _commit(ctx: WorkerContext, ns: str, todo: list[_Pending], links: list[Link]) -> str:
-    """One MULTI/EXEC for the whole batch; returns the last change-log entry id."""
-    keys, cap = ctx.keys, ctx.settings.changelog_max
+    """One MULTI/EXEC for the whole batch; returns the batch's change-log entry id."""
+    keys = ctx.keys
     relinked = [p.job.id for p in todo if p.existing is not None and p.relink]
     old_links = notes.read_links(ctx.redis, keys, ns, relinked) if relinked else {}
-    pipe = ctx.redis.pipeline(transaction=True)
-    removed = 0
-    for p in todo:
-        fields = _fields(ctx, p)
-        assert p.vec is not None
-        write = notes.NoteWrite(
-            p.job.id, p.seq, fields, p.vec.astype(np.float32).tobytes(), created=p.existing is None
+    by_note = _links_by_note(links)
+    writes = [
+        notes.NoteWrite(
+            p.job.id, p.seq, _fields(ctx, p), _stack([p]).tobytes(), created=p.existing is None
         )
-        if p.job.id in old_links:
-            removed += notes.unlink_all(pipe, keys, ns, p.job.id, old_links[p.job.id])
-        notes.write_note(pipe, keys, ns, write, cap)
+        for p in todo
+    ]
+    pipe = ctx.redis.pipeline(transaction=True)
+    for nid, nbs in old_links.items():
+        notes.unlink_all(pipe, keys, ns, nid, nbs)
+    notes.write_notes(pipe, keys, ns, writes, ctx.settings.changelog_max)
+    change_at = len(pipe) - 1
+    added = notes.write_links(pipe, keys, ns, links, source="rule")
+    for p, w in zip(todo, writes, strict=True):
+        after = {**notes.public_view(w.fields), "links": by_note.get(w.id, {})}
         notes.audit(
             pipe,
             keys,
             ns,
-            "create" if write.created else "update",
-            p.job.id,
+            "create" if w.created else "update",
+            w.id,
             actor=p.job.agent or "unknown",
             source=f"inbox:{p.entry_id}",
             before=notes.public_view(p.existing) if p.existing else None,
-            after=notes.public_view(fields),
+            after=after,
         )
-    added = notes.write_links(pipe, keys, ns, links, source="rule", actor="worker")
-    pipe.hincrby(keys.stats(ns), "links", added - removed)
+    pipe.hincrby(keys.stats(ns), "links", added - _undirected(set(old_links), old_links))
     pipe.hset(keys.stats(ns), "last_ingest", time.time())
     results = pipe.execute()
     ctx.redis.sadd(keys.namespaces(), ns)
-    change_ids = [r for r in results if isinstance(r, bytes) and b"-" in r]
-    return str(change_ids[-1].decode())
+    return str(results[change_at].decode())
+
+
+def _links_by_note(links: list[Link]) -> dict[str, dict[str, list[Any]]]:
+    """Each end's new links as {neighbour: [weight, reason]}, for the audit entry."""
+    out: dict[str, dict[str, list[Any]]] = {}
+    for link in links:
+        out.setdefault(link.a, {})[link.b] = [link.weight, link.reason]
+        out.setdefault(link.b, {})[link.a] = [link.weight, link.reason]
+    return out
 
 
 def _stack(items: list[_Pending]) -> npt.NDArray[np.float32]:
@@ -237,7 +248,8 @@ def _stack(items: list[_Pending]) -> npt.NDArray[np.float32]:
 
 def _apply(proj: Projection, todo: list[_Pending]) -> None:
     vecs = _stack(todo)
-    proj.add([p.seq for p in todo], [p.job.id for p in todo], vecs, [p.keywords for p in todo])
+    kws = [frozenset(p.keywords) for p in todo]
+    proj.add([p.seq for p in todo], [p.job.id for p in todo], vecs, kws)
 
 
 def _delete(
@@ -266,10 +278,12 @@ def tombstone_notes(
     keys = ctx.keys
     neighbours = notes.read_links(ctx.redis, keys, ns, list(existing))
     pipe = ctx.redis.pipeline(transaction=True)
-    removed = 0
+    for nid in existing:
+        notes.unlink_all(pipe, keys, ns, nid, neighbours[nid])
+    seqs = {nid: int(fields[b"seq"]) for nid, fields in existing.items()}
+    notes.tombstone_all(pipe, keys, ns, seqs, ctx.settings.changelog_max)
     for nid, fields in existing.items():
-        removed += notes.unlink_all(pipe, keys, ns, nid, neighbours[nid])
-        notes.tombstone(pipe, keys, ns, nid, int(fields[b"seq"]), ctx.settings.changelog_max)
+        before = {**notes.public_view(notes.unpack_fields(fields)), "links": neighbours[nid]}
         notes.audit(
             pipe,
             keys,
@@ -278,19 +292,19 @@ def tombstone_notes(
             nid,
             actor=actors.get(nid, "worker"),
             source=sources.get(nid, op),
-            before=notes.public_view(notes.unpack_fields(fields)),
+            before=before,
             after={"status": "tombstoned"},
         )
-    pipe.hincrby(keys.stats(ns), "links", -_undirected(existing, neighbours))
+    pipe.hincrby(keys.stats(ns), "links", -_undirected(set(existing), neighbours))
     pipe.execute()
     with proj.lock:
         catch_up(ctx, proj)
     return len(existing)
 
 
-def _undirected(existing: dict[str, notes.Fields], neighbours: dict[str, dict[str, float]]) -> int:
+def _undirected(removed: set[str], neighbours: dict[str, dict[str, float]]) -> int:
     """Links removed, counting a link between two removed notes once."""
     total = 0
     for nid, nbs in neighbours.items():
-        total += sum(1 for nb in nbs if nb not in existing or nb > nid)
+        total += sum(1 for nb in nbs if nb not in removed or nb > nid)
     return total

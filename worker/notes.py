@@ -99,41 +99,46 @@ def audit(
     pipe.xadd(keys.audit(ns), entry)
 
 
-def write_note(pipe: Pipeline, keys: Keys, ns: str, note: NoteWrite, changelog_max: int) -> None:
-    pipe.hset(keys.note(ns, note.id), mapping={**encode_fields(note.fields), "vec": note.vec})
-    pipe.zadd(keys.active(ns), {note.id: note.seq})
-    pipe.zrem(keys.tombstoned(ns), note.id)
-    pipe.hset(keys.seqs(ns), str(note.seq), note.id)
-    pipe.xadd(
-        keys.changes(ns),
-        {"op": "add", "seq": note.seq, "id": note.id},
-        maxlen=changelog_max,
-        approximate=True,
-    )
+def write_notes(pipe: Pipeline, keys: Keys, ns: str, writes: Sequence[NoteWrite], cap: int) -> None:
+    """The note hashes, the active set, the seq map and one change-log entry for all of them."""
+    for note in writes:
+        pipe.hset(keys.note(ns, note.id), mapping={**encode_fields(note.fields), "vec": note.vec})
+    pipe.zadd(keys.active(ns), {n.id: n.seq for n in writes})
+    pipe.zrem(keys.tombstoned(ns), *[n.id for n in writes])
+    pipe.hset(keys.seqs(ns), mapping={str(n.seq): n.id for n in writes})
+    log_change(pipe, keys, ns, "add", [(n.seq, n.id) for n in writes], cap)
 
 
-def write_links(
-    pipe: Pipeline, keys: Keys, ns: str, links: Iterable[Link], source: str, actor: str
-) -> int:
-    """Both directions of each link, with reason and provenance; one audit entry per link."""
-    count = 0
+def log_change(
+    pipe: Pipeline, keys: Keys, ns: str, op: str, items: Sequence[tuple[int, str]], cap: int
+) -> None:
+    """One change-log entry: ``op`` (add | remove) applied to (seq, id) pairs."""
+    packed = msgpack.packb([list(item) for item in items], use_bin_type=True)
+    pipe.xadd(keys.changes(ns), {"op": op, "items": packed}, maxlen=cap, approximate=True)
+
+
+def read_change(fields: Mapping[bytes, bytes]) -> tuple[str, list[tuple[int, str]]]:
+    """Decode a change-log entry written by log_change."""
+    items = msgpack.unpackb(fields[b"items"], raw=False)
+    return fields[b"op"].decode(), [(int(seq), str(nid)) for seq, nid in items]
+
+
+def write_links(pipe: Pipeline, keys: Keys, ns: str, links: Iterable[Link], source: str) -> int:
+    """Both directions of each link with reason and provenance: one ZADD and one HSET per note
+    touched. Returns how many links were written."""
     now = time.time()
+    weights: dict[str, dict[str, float]] = {}
+    metas: dict[str, dict[str, bytes]] = {}
+    count = 0
     for link in links:
         meta = msgpack.packb({"reason": link.reason, "source": source, "at": now})
         for a, b in ((link.a, link.b), (link.b, link.a)):
-            pipe.zadd(keys.links(ns, a), {b: link.weight})
-            pipe.hset(keys.linkmeta(ns, a), b, meta)
-        audit(
-            pipe,
-            keys,
-            ns,
-            "link",
-            link.a,
-            actor=actor,
-            source=source,
-            after={"to": link.b, "weight": link.weight, "reason": link.reason},
-        )
+            weights.setdefault(a, {})[b] = link.weight
+            metas.setdefault(a, {})[b] = meta
         count += 1
+    for nid, nbs in weights.items():
+        pipe.zadd(keys.links(ns, nid), nbs)
+        pipe.hset(keys.linkmeta(ns, nid), mapping=metas[nid])
     return count
 
 
@@ -148,21 +153,17 @@ def unlink_all(pipe: Pipeline, keys: Keys, ns: str, note_id: str, neighbours: It
     return count
 
 
-def tombstone(
-    pipe: Pipeline, keys: Keys, ns: str, note_id: str, seq: int, changelog_max: int
+def tombstone_all(
+    pipe: Pipeline, keys: Keys, ns: str, seqs: Mapping[str, int], changelog_max: int
 ) -> None:
-    """Mark a note tombstoned, drop its vector and take it out of the active set."""
+    """Mark notes tombstoned, drop their vectors and take them out of the active set."""
     now = time.time()
-    pipe.hset(keys.note(ns, note_id), mapping={"status": "tombstoned", "updated_at": now})
-    pipe.hdel(keys.note(ns, note_id), "vec")
-    pipe.zrem(keys.active(ns), note_id)
-    pipe.zadd(keys.tombstoned(ns), {note_id: now})
-    pipe.xadd(
-        keys.changes(ns),
-        {"op": "remove", "seq": seq, "id": note_id},
-        maxlen=changelog_max,
-        approximate=True,
-    )
+    for note_id in seqs:
+        pipe.hset(keys.note(ns, note_id), mapping={"status": "tombstoned", "updated_at": now})
+        pipe.hdel(keys.note(ns, note_id), "vec")
+    pipe.zrem(keys.active(ns), *seqs)
+    pipe.zadd(keys.tombstoned(ns), dict.fromkeys(seqs, now))
+    log_change(pipe, keys, ns, "remove", [(s, n) for n, s in seqs.items()], changelog_max)
 
 
 def public_view(fields: Mapping[str, Any]) -> dict[str, Any]:

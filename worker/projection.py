@@ -18,7 +18,7 @@ import msgpack
 import numpy as np
 
 from worker.index import IndexCorrupt, VectorIndex
-from worker.notes import stream_pos
+from worker.notes import read_change, stream_pos
 
 if TYPE_CHECKING:
     from worker.context import WorkerContext
@@ -142,12 +142,13 @@ def _apply_entries(
     adds: dict[int, str] = {}
     removes: list[int] = []
     for _, fields in entries:
-        seq = int(fields[b"seq"])
-        if fields[b"op"] == b"add":
-            adds[seq] = fields[b"id"].decode()
-        else:
-            adds.pop(seq, None)
-            removes.append(seq)
+        op, items = read_change(fields)
+        for seq, nid in items:
+            if op == "add":
+                adds[seq] = nid
+            else:
+                adds.pop(seq, None)
+                removes.append(seq)
     proj.remove(removes)
     _add_from_notes(ctx, proj, [(nid, seq) for seq, nid in adds.items()])
     proj.position = entries[-1][0].decode()
