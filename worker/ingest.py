@@ -100,6 +100,8 @@ def _store(
             proj.position = changes
         else:
             catch_up(ctx, proj)
+        index_stats = {"index_kind": proj.index.kind, "index_size": len(proj.index)}
+    ctx.redis.hset(ctx.keys.stats(ns), mapping=index_stats)
     log.info(
         "store batch ns=%s n=%d links=%d in %.1fms",
         ns,

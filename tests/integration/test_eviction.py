@@ -1,0 +1,52 @@
+"""Eviction through real Redis: the evicted note leaves search, the index and its neighbours."""
+
+from __future__ import annotations
+
+import pytest
+
+from producer import MemoryClient, NotFound
+from tests.conftest import make_settings
+from tests.integration.test_store_search import SEED_000
+from worker.context import WorkerContext
+from worker.eviction import evict_all
+from worker.integrity import check_namespace
+from worker.server import SearchServer
+
+
+def test_eviction_tombstones_the_lowest_value_notes_everywhere(redis_db, tmp_path):
+    settings = make_settings(tmp_path, max_notes=3)
+    ctx = WorkerContext.build(settings)
+    srv = SearchServer(ctx).start()
+    try:
+        with MemoryClient(settings) as mem:
+            ids = mem.store_many(
+                [
+                    {"content": c, "importance": 0.9 if i < 3 else 0.1}
+                    for i, c in enumerate(SEED_000)
+                ],
+                namespace="ev",
+            )
+            mem.flush("ev")
+            linked_before = {nid: set(mem.get(nid, namespace="ev").links) for nid in ids}
+            assert evict_all(ctx) == 2
+            evicted = set(ids[3:])
+            for nid in evicted:
+                with pytest.raises(NotFound):
+                    mem.get(nid, namespace="ev")
+            for nid in ids[:3]:
+                assert not set(mem.get(nid, namespace="ev").links) & evicted
+            assert any(linked_before[n] & evicted for n in ids[:3]), "test needs a cut link"
+            hits = mem.search("Snowflake PrivateLink network customer", namespace="ev", k=10)
+            assert {h.id for h in hits} <= set(ids[:3])
+            proj = ctx.projections["ev"]
+            assert len(proj.index) == 3 and set(proj.ids.values()) == set(ids[:3])
+            stats = mem.stats("ev")
+            assert (stats.notes, stats.tombstoned) == (3, 2)
+            assert "evict" in stats.last
+        assert check_namespace(ctx, "ev") == []
+        ops = [e[b"op"] for _, e in ctx.redis.xrange(ctx.keys.audit("ev"))]
+        assert ops.count(b"evict") == 2
+        assert evict_all(ctx) == 0
+    finally:
+        srv.stop()
+        ctx.close()
