@@ -127,9 +127,10 @@ class _ClientCore:
     def search_job(self, kind: str, namespace: Namespaces | None, **fields: Any) -> SearchJob:
         s = self.settings
         names = [namespace] if namespace is None or isinstance(namespace, str) else namespace
-        if not names or len(names) > 16:
-            raise InvalidInput("name 1 to 16 namespaces")
-        timeout_s = v.check_timeout(fields.pop("timeout_s", None) or s.reply_timeout_s)
+        if not isinstance(names, list | tuple) or not 0 < len(names) <= 16:
+            raise InvalidInput("namespace must be a str or a list of 1 to 16 str")
+        timeout = fields.pop("timeout_s", None)
+        timeout_s = v.check_timeout(s.reply_timeout_s if timeout is None else timeout)
         query = fields.pop("query", "")
         if kind != "flush":
             query = v.check_text(query, "query", s.max_content_bytes)
@@ -138,7 +139,7 @@ class _ClientCore:
             kind=kind,  # type: ignore[arg-type]
             namespaces=list(dict.fromkeys(self.namespace(n) for n in names)),
             query=query,
-            k=v.check_int(fields.get("k", 10), "k", 1, s.max_k),
+            k=v.check_int(fields.get("k", min(10, s.max_k)), "k", 1, s.max_k),
             hops=v.check_int(fields.get("hops", 1), "hops", 0, v.MAX_HOPS),
             filters=v.check_filters(fields.get("filters"), s),
             fresh=bool(fields.get("fresh", True)),

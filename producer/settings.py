@@ -14,7 +14,7 @@ class ProducerSettings(BaseSettings):
     #: Data Redis: notes, links, queues and replies (redis://, rediss://, unix://).
     redis_url: str = "redis://127.0.0.1:6379/0"
     #: Prefix of every key; two deployments can share one Redis under different prefixes.
-    key_prefix: str = Field(default="zq", pattern=r"^[A-Za-z0-9_.:-]{1,32}$")
+    key_prefix: str = Field(default="zq", pattern=r"^[A-Za-z0-9_.-]{1,32}$")
     #: Namespaces are hashed onto this many shard streams. Producers and workers must agree.
     shard_count: int = Field(default=8, ge=1, le=1024)
     #: Namespace used when a call names none.

@@ -16,8 +16,8 @@ import msgpack
 from producer.errors import InvalidInput
 from producer.settings import ProducerSettings
 
-NAMESPACE_RE = re.compile(r"^[A-Za-z0-9_.:@/-]{1,128}$")  #: no braces: they are the hash tag
-ID_RE = re.compile(r"^[A-Za-z0-9_.:-]{1,128}$")  #: note ids
+NAMESPACE_RE = re.compile(r"[A-Za-z0-9_.:@/-]{1,128}")  #: no braces: they are the hash tag
+ID_RE = re.compile(r"[A-Za-z0-9_.:-]{1,128}")  #: note ids
 MAX_AGENT_CHARS = 128  #: longest agent name
 MAX_HOPS = 3  #: deepest graph expansion a search may ask for
 MAX_TIMEOUT_S = 300.0  #: longest wait for a reply
@@ -25,7 +25,7 @@ FILTER_KEYS = frozenset({"agent", "kind", "tags", "since", "until", "metadata"})
 
 
 def check_namespace(namespace: object) -> str:
-    if not isinstance(namespace, str) or not NAMESPACE_RE.match(namespace):
+    if not isinstance(namespace, str) or not NAMESPACE_RE.fullmatch(namespace):
         raise InvalidInput(
             f"namespace must be 1-128 characters of A-Z a-z 0-9 _ . : @ / -, got {namespace!r:.80}"
         )
@@ -33,7 +33,7 @@ def check_namespace(namespace: object) -> str:
 
 
 def check_id(note_id: object) -> str:
-    if not isinstance(note_id, str) or not ID_RE.match(note_id):
+    if not isinstance(note_id, str) or not ID_RE.fullmatch(note_id):
         raise InvalidInput(
             f"id must be 1-128 characters of A-Z a-z 0-9 _ . : -, got {note_id!r:.80}"
         )
@@ -72,8 +72,11 @@ def check_metadata(metadata: object, max_bytes: int) -> dict[str, Any]:
         return {}
     if not isinstance(metadata, Mapping) or not all(isinstance(k, str) for k in metadata):
         raise InvalidInput("metadata must be a mapping with str keys")
+    if not metadata:
+        return {}
     try:
         packed = msgpack.packb(dict(metadata), use_bin_type=True, strict_types=False)
+        unpacked: dict[str, Any] = msgpack.unpackb(packed, raw=False)
     except (TypeError, ValueError, OverflowError) as exc:
         raise InvalidInput(
             f"metadata values must be JSON-like (str, number, list, dict): {exc}"
@@ -83,7 +86,7 @@ def check_metadata(metadata: object, max_bytes: int) -> dict[str, Any]:
             f"metadata is {len(packed)} packed bytes; the limit is {max_bytes} "
             "(ZQ_MAX_METADATA_BYTES)"
         )
-    return msgpack.unpackb(packed, raw=False)  # type: ignore[no-any-return]
+    return unpacked
 
 
 def check_tags(tags: object, max_tags: int, max_chars: int) -> list[str]:
@@ -118,9 +121,12 @@ def check_time(value: object, name: str) -> float | None:
         if value.tzinfo is None:
             value = value.replace(tzinfo=UTC)
         return value.timestamp()
-    if isinstance(value, int | float) and not isinstance(value, bool) and math.isfinite(value):
-        if abs(value) > 1e11:
-            raise InvalidInput(f"{name} must be epoch seconds (got {value}, milliseconds?)")
+    finite = isinstance(value, int) or (isinstance(value, float) and math.isfinite(value))
+    if finite and not isinstance(value, bool):
+        assert isinstance(value, int | float)
+        if not -1e11 <= value <= 1e11:
+            got = str(value)[:24]
+            raise InvalidInput(f"{name} must be epoch seconds (got {got}, milliseconds?)")
         return float(value)
     raise InvalidInput(f"{name} must be a datetime, ISO 8601 str or epoch seconds")
 

@@ -1,0 +1,150 @@
+from __future__ import annotations
+
+import numpy as np
+import numpy.typing as npt
+import pytest
+
+from worker.linking import STRONG_MARGIN, Candidate, Link, batch_candidates, dedupe_links, judge
+
+THRESHOLD = 0.3
+KW = frozenset({"orders", "shipping"})
+
+
+def cand(note_id: str, similarity: float, *keywords: str) -> Candidate:
+    return Candidate(note_id, similarity, frozenset(keywords))
+
+
+def linked(links: list[Link]) -> list[str]:
+    return [link.b for link in links]
+
+
+def test_judge_links_a_candidate_over_the_threshold_sharing_a_keyword() -> None:
+    links = judge("new", KW, [cand("c1", 0.35, "orders", "refunds")], THRESHOLD, 8)
+
+    assert links == [Link("new", "c1", 0.35, "cosine 0.35; shared orders")]
+
+
+def test_judge_skips_a_candidate_below_the_threshold_even_with_shared_keywords() -> None:
+    assert judge("new", KW, [cand("c1", 0.29, "orders", "shipping")], THRESHOLD, 8) == []
+
+
+def test_judge_links_a_candidate_exactly_at_the_threshold() -> None:
+    assert linked(judge("new", KW, [cand("c1", THRESHOLD, "orders")], THRESHOLD, 8)) == ["c1"]
+
+
+def test_judge_needs_a_shared_keyword_unless_the_cosine_is_strong() -> None:
+    weak = THRESHOLD + STRONG_MARGIN - 0.01
+    strong = THRESHOLD + STRONG_MARGIN
+
+    assert judge("new", KW, [cand("c1", weak, "weather")], THRESHOLD, 8) == []
+    assert judge("new", KW, [cand("c2", strong, "weather")], THRESHOLD, 8) == [
+        Link("new", "c2", round(strong, 4), f"cosine {strong:.2f}")
+    ]
+
+
+def test_judge_names_at_most_five_shared_keywords_sorted() -> None:
+    words = ("f", "e", "d", "c", "b", "a", "g")
+
+    (link,) = judge("new", frozenset(words), [cand("c1", 0.5, *words)], THRESHOLD, 8)
+
+    assert link.reason == "cosine 0.50; shared a, b, c, d, e"
+
+
+def test_judge_caps_at_max_links_keeping_the_strongest_first() -> None:
+    cands = [cand(f"c{i}", 0.3 + i / 100, "orders") for i in range(10)]
+
+    links = judge("new", KW, cands, THRESHOLD, 3)
+
+    assert linked(links) == ["c9", "c8", "c7"]
+    assert [link.weight for link in links] == [0.39, 0.38, 0.37]
+
+
+def test_judge_with_max_links_zero_links_nothing() -> None:
+    assert judge("new", KW, [cand("c1", 0.9, "orders")], THRESHOLD, 0) == []
+
+
+def test_judge_ignores_the_note_itself() -> None:
+    links = judge("new", KW, [cand("new", 1.0, "orders"), cand("c1", 0.5, "orders")], 0.3, 8)
+
+    assert linked(links) == ["c1"]
+
+
+def test_judge_links_each_candidate_once() -> None:
+    links = judge("new", KW, [cand("c1", 0.5, "orders"), cand("c1", 0.4, "orders")], 0.3, 8)
+
+    assert links == [Link("new", "c1", 0.5, "cosine 0.50; shared orders")]
+
+
+def test_judge_rounds_the_weight() -> None:
+    (link,) = judge("new", KW, [cand("c1", 0.123456789, "orders")], 0.1, 8)
+
+    assert link.weight == 0.1235
+
+
+def test_judge_skips_rejected_candidates_without_using_up_the_cap() -> None:
+    cands = [cand("strong-but-off-topic", 0.4, "weather"), cand("c1", 0.35, "orders")]
+
+    assert linked(judge("new", KW, cands, THRESHOLD, 1)) == ["c1"]
+
+
+def unit(*rows: list[float]) -> npt.NDArray[np.float32]:
+    x = np.array(rows, dtype=np.float32)
+    return x / np.linalg.norm(x, axis=1, keepdims=True)
+
+
+def test_batch_candidates_only_proposes_earlier_notes() -> None:
+    vecs = unit([1, 0, 0], [1, 0.1, 0], [0.9, 0.2, 0.1], [1, 0, 0.05])
+    kws = [frozenset({f"k{i}"}) for i in range(4)]
+
+    out = batch_candidates(["a", "b", "c", "d"], vecs, kws, k=10)
+
+    assert out[0] == []
+    assert [c.note_id for c in out[1]] == ["a"]
+    assert {c.note_id for c in out[2]} == {"a", "b"}
+    assert {c.note_id for c in out[3]} == {"a", "b", "c"}
+    assert out[1][0].keywords == frozenset({"k0"})
+
+
+def test_batch_candidates_ranks_by_cosine_and_keeps_k() -> None:
+    vecs = unit([1, 0], [0, 1], [0.6, 0.8], [0.8, 0.6])
+
+    out = batch_candidates(["a", "b", "c", "d"], vecs, [frozenset()] * 4, k=2)
+
+    # d . c = 0.96, d . a = 0.8, d . b = 0.6: the two best, strongest first
+    assert [c.note_id for c in out[3]] == ["c", "a"]
+    assert [c.similarity for c in out[3]] == pytest.approx([0.96, 0.8])
+
+
+@pytest.mark.parametrize(("n", "k"), [(0, 5), (1, 5), (3, 0)])
+def test_batch_candidates_of_tiny_batches_or_k_zero_is_empty(n: int, k: int) -> None:
+    vecs = unit(*[[1.0, float(i)] for i in range(n)]) if n else np.zeros((0, 2), np.float32)
+
+    out = batch_candidates([f"n{i}" for i in range(n)], vecs, [frozenset()] * n, k=k)
+
+    assert out == [[] for _ in range(n)]
+
+
+def test_dedupe_links_keeps_one_link_per_unordered_pair_the_strongest() -> None:
+    links = [
+        Link("a", "b", 0.4, "r1"),
+        Link("b", "a", 0.6, "r2"),
+        Link("a", "c", 0.5, "r3"),
+        Link("a", "b", 0.5, "r4"),
+    ]
+
+    out = dedupe_links(links)
+
+    assert sorted(out, key=lambda link: link.reason) == [
+        Link("b", "a", 0.6, "r2"),
+        Link("a", "c", 0.5, "r3"),
+    ]
+
+
+def test_dedupe_links_keeps_the_first_of_equal_weights() -> None:
+    out = dedupe_links([Link("a", "b", 0.5, "first"), Link("b", "a", 0.5, "second")])
+
+    assert out == [Link("a", "b", 0.5, "first")]
+
+
+def test_dedupe_links_of_nothing_is_nothing() -> None:
+    assert dedupe_links([]) == []
