@@ -7,6 +7,7 @@ from __future__ import annotations
 
 from producer.client import AsyncMemoryClient, MemoryClient
 from producer.errors import (
+    AccessDenied,
     Backpressure,
     InvalidInput,
     JobFailed,
@@ -21,6 +22,7 @@ from producer.settings import ProducerSettings
 
 __all__ = [
     "PROTOCOL_VERSION",
+    "AccessDenied",
     "AsyncMemoryClient",
     "Backpressure",
     "Hit",

@@ -14,12 +14,22 @@ from typing import Any
 
 from redis import Redis
 from redis import asyncio as aioredis
+from redis.asyncio.retry import Retry as AsyncRetry
+from redis.backoff import ExponentialWithJitterBackoff
+from redis.exceptions import (
+    AuthenticationError,
+    AuthorizationError,
+    NoPermissionError,
+    ResponseError,
+)
 from redis.exceptions import ConnectionError as RedisConnectionError
-from redis.exceptions import ResponseError
 from redis.exceptions import TimeoutError as RedisTimeoutError
+from redis.retry import Retry
 
+from producer import signing
 from producer import validation as v
 from producer.errors import (
+    AccessDenied,
     Backpressure,
     InvalidInput,
     JobFailed,
@@ -63,9 +73,18 @@ Namespaces = str | Sequence[str]
 def _redis_errors() -> Iterator[None]:
     try:
         yield
+    except (AuthenticationError, AuthorizationError, NoPermissionError) as exc:
+        raise AccessDenied(
+            f"Redis refused access ({exc}); check the user and password in ZQ_REDIS_URL"
+            " and the user's ACL rules"
+        ) from exc
     except (RedisConnectionError, RedisTimeoutError) as exc:
         raise Unavailable(f"Redis unavailable: {exc}") from exc
     except ResponseError as exc:
+        if str(exc).startswith("NOAUTH"):
+            raise AccessDenied(
+                f"Redis requires a password ({exc}); put it in ZQ_REDIS_URL"
+            ) from exc
         if str(exc).startswith("BACKPRESSURE"):
             raise Backpressure(str(exc)) from exc
         raise
@@ -77,6 +96,13 @@ class _ClientCore:
     def __init__(self, settings: ProducerSettings) -> None:
         self.settings = settings
         self.keys = Keys(settings.key_prefix, settings.shard_count)
+        self.signing_keys = {ns: k.get_secret_value() for ns, k in settings.namespace_keys.items()}
+
+    def signed(self, job: dict[str, Any], namespaces: Sequence[str]) -> dict[str, Any]:
+        """``job`` with its ``sig`` when this producer holds namespace keys (else unchanged)."""
+        if self.signing_keys:
+            job["sig"] = signing.sign(job, namespaces, self.signing_keys)
+        return job
 
     def namespace(self, namespace: str | None) -> str:
         return v.check_namespace(namespace or self.settings.default_namespace)
@@ -97,7 +123,7 @@ class _ClientCore:
             "importance": v.check_unit_float(fields.get("importance"), "importance"),
             "created_at": time.time(),
         }
-        return note_id, pack(job)
+        return note_id, pack(self.signed(job, [namespace]))
 
     def store_many_payloads(
         self, items: Sequence[str | Mapping[str, Any]], namespace: str
@@ -122,7 +148,7 @@ class _ClientCore:
 
     def delete_payload(self, note_id: str, namespace: str) -> bytes:
         job = DeleteJob(id=v.check_id(note_id), ns=namespace, created_at=time.time())
-        return pack(job)
+        return pack(self.signed(job.model_dump(), [namespace]))
 
     def search_job(self, kind: str, namespace: Namespaces | None, **fields: Any) -> SearchJob:
         s = self.settings
@@ -134,7 +160,7 @@ class _ClientCore:
         query = fields.pop("query", "")
         if kind != "flush":
             query = v.check_text(query, "query", s.max_content_bytes)
-        return SearchJob(
+        job = SearchJob(
             job_id=new_id(),
             kind=kind,  # type: ignore[arg-type]
             namespaces=list(dict.fromkeys(self.namespace(n) for n in names)),
@@ -146,6 +172,9 @@ class _ClientCore:
             max_tokens=v.check_int(fields.get("max_tokens", 2000), "max_tokens", 16, 1_000_000),
             deadline=time.time() + timeout_s,
         )
+        if not self.signing_keys:
+            return job
+        return job.model_copy(update={"sig": self.signed(job.model_dump(), job.namespaces)["sig"]})
 
     def parse_reply(self, raw: Any, job: SearchJob) -> Reply:
         if raw is None:
@@ -178,12 +207,27 @@ class _ClientCore:
         )
 
 
+RETRY_BASE_S = 0.05  #: first backoff before a Redis command is retried
+RETRY_CAP_S = 0.5  #: longest backoff between retries
+
 #: Keyword names a store_many() item may carry.
 STORE_FIELDS = frozenset({"content", "agent", "metadata", "tags", "event_time", "importance", "id"})
 
 
+def _backoff() -> ExponentialWithJitterBackoff:
+    return ExponentialWithJitterBackoff(base=RETRY_BASE_S, cap=RETRY_CAP_S)
+
+
 def _connect_kwargs(s: ProducerSettings) -> dict[str, Any]:
-    return {"socket_connect_timeout": s.socket_timeout_s, "health_check_interval": 30}
+    return {
+        "socket_connect_timeout": s.socket_timeout_s,
+        "health_check_interval": 30,
+        "retry": Retry(_backoff(), s.redis_retries),
+    }
+
+
+def _async_connect_kwargs(s: ProducerSettings) -> dict[str, Any]:
+    return {**_connect_kwargs(s), "retry": AsyncRetry(_backoff(), s.redis_retries)}
 
 
 class MemoryClient:
@@ -355,10 +399,10 @@ class AsyncMemoryClient:
         s = self._core.settings
         self.keys = self._core.keys
         self._redis = aioredis.Redis.from_url(
-            s.redis_url, socket_timeout=s.socket_timeout_s, **_connect_kwargs(s)
+            s.redis_url, socket_timeout=s.socket_timeout_s, **_async_connect_kwargs(s)
         )
         self._blocking = aioredis.Redis.from_url(
-            s.redis_url, socket_timeout=None, **_connect_kwargs(s)
+            s.redis_url, socket_timeout=None, **_async_connect_kwargs(s)
         )
         self._enqueue = self._redis.register_script(ENQUEUE_LUA)
 

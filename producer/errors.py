@@ -3,6 +3,7 @@
 ZettelqError
 ├── InvalidInput        the call's arguments break a documented limit (also a ValueError)
 ├── Unavailable         Redis could not be reached (connection refused, reset or timed out)
+├── AccessDenied        Redis refused the credentials or an ACL denied the command
 ├── Backpressure        the pending backlog passed its configured bound; nothing was written
 ├── ProtocolError       a message could not be packed or unpacked
 ├── ReplyTimeout        no reply arrived before the deadline (also a TimeoutError)
@@ -26,6 +27,10 @@ class InvalidInput(ZettelqError, ValueError):
 
 class Unavailable(ZettelqError):
     """Redis could not be reached."""
+
+
+class AccessDenied(ZettelqError, PermissionError):
+    """Redis refused the user or password of ZQ_REDIS_URL, or an ACL rule denied the command."""
 
 
 class Backpressure(ZettelqError):

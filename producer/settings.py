@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from pydantic import Field
+from pydantic import Field, SecretStr
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 
@@ -39,3 +39,10 @@ class ProducerSettings(BaseSettings):
     #: store() raises Backpressure when a shard stream holds more unorganised jobs than this
     #: (0 turns the check off).
     max_pending: int = Field(default=1_000_000, ge=0)
+    #: Retries of a Redis command after a connection error or timeout (exponential backoff up
+    #: to half a second). With socket_timeout_s it bounds how long a call takes on a dead server.
+    redis_retries: int = Field(default=2, ge=0, le=10)
+    #: Per-namespace signing keys this process holds, as JSON: {"acme": "secret", ...}. A
+    #: producer signs its jobs with them; a worker verifies jobs with them (see
+    #: require_signatures). A producer should hold only the keys of its own namespaces.
+    namespace_keys: dict[str, SecretStr] = Field(default_factory=dict)

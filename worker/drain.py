@@ -22,10 +22,12 @@ from redis.exceptions import TimeoutError as RedisTimeoutError
 from producer import validation
 from producer.errors import InvalidInput, ProtocolError
 from producer.protocol import PROTOCOL_VERSION, DeleteJob, JobHead, StoreJob, unpack
+from worker import notes
 from worker.context import WorkerContext
 from worker.dispatch import kick
 from worker.ingest import Entry, handle_jobs
 from worker.lease import Lease, LeaseLost
+from worker.signing import SignatureRejected, check_signature
 
 log = logging.getLogger(__name__)
 
@@ -43,26 +45,35 @@ class DrainResult:
 
 def drain_shard(ctx: WorkerContext, shard: int, *, wait_ms: int | None = None) -> DrainResult:
     """Organise what shard ``shard`` holds; return at once if another worker drains it."""
-    lease = Lease(ctx.redis, ctx.keys.lease(shard), ctx.settings.lease_s)
+    lease = Lease(ctx.redis, ctx.keys.lease(shard), ctx.settings.lease_s, owner=ctx.consumer)
     if not lease.acquire():
         return DrainResult(0, more=False)
-    processed = 0
-    sliced = False
+    counter = [0]
     try:
         ensure_group(ctx, shard)
-        processed += _process(ctx, shard, _reclaim(ctx, shard))
-        started = time.monotonic()
-        while batch := _read(
-            ctx, shard, ctx.settings.batch_wait_ms if wait_ms is None else wait_ms
-        ):
-            processed += _process(ctx, shard, batch)
-            lease.renew()
-            if time.monotonic() - started > SLICE_S:
-                sliced = True
-                break
+        sliced = _drain_batches(ctx, shard, lease, counter, wait_ms)
+    except LeaseLost as exc:
+        log.warning("shard=%d handed over after %d jobs: %s", shard, counter[0], exc)
+        return DrainResult(counter[0], more=True)
     finally:
         lease.release()
-    return DrainResult(processed, more=sliced or backlog(ctx, shard) > 0)
+    return DrainResult(counter[0], more=sliced or backlog(ctx, shard) > 0)
+
+
+def _drain_batches(
+    ctx: WorkerContext, shard: int, lease: Lease, counter: list[int], wait_ms: int | None
+) -> bool:
+    """Process batches until the shard is empty (False) or the time slice is used up (True);
+    ``counter[0]`` counts the jobs processed so far, even when a LeaseLost ends the drain."""
+    counter[0] += _process(ctx, shard, _reclaim(ctx, shard))
+    started = time.monotonic()
+    wait = ctx.settings.batch_wait_ms if wait_ms is None else wait_ms
+    while batch := _read(ctx, shard, wait):
+        counter[0] += _process(ctx, shard, batch)
+        lease.renew()
+        if time.monotonic() - started > SLICE_S:
+            return True
+    return False
 
 
 def backlog(ctx: WorkerContext, shard: int) -> int:
@@ -121,17 +132,7 @@ def _read(ctx: WorkerContext, shard: int, wait_ms: int) -> list[RawEntry]:
 def _process(ctx: WorkerContext, shard: int, batch: list[RawEntry]) -> int:
     if not batch:
         return 0
-    by_ns: dict[str, list[Entry]] = defaultdict(list)
-    for raw_id, fields in batch:
-        entry_id = raw_id.decode()
-        try:
-            job = decode_job(ctx, fields)
-        except (ProtocolError, InvalidInput) as exc:
-            payload = fields.get(b"j", b"")
-            dead_letter(ctx, shard, entry_id, payload, str(exc), _peek_ns(payload))
-            continue
-        by_ns[job.ns].append((entry_id, job))
-    for ns, entries in by_ns.items():
+    for ns, entries in _accepted(ctx, shard, batch).items():
         _handle_isolated(ctx, shard, ns, entries)
     ids = [raw_id for raw_id, _ in batch]
     pipe = ctx.redis.pipeline(transaction=False)
@@ -139,6 +140,50 @@ def _process(ctx: WorkerContext, shard: int, batch: list[RawEntry]) -> int:
     pipe.xdel(ctx.keys.inbox(shard), *ids)
     pipe.execute()
     return len(batch)
+
+
+def _accepted(ctx: WorkerContext, shard: int, batch: list[RawEntry]) -> dict[str, list[Entry]]:
+    """The batch's jobs by namespace, in order; the rest are dead-lettered with their reason."""
+    by_ns: dict[str, list[Entry]] = defaultdict(list)
+    for raw_id, fields in batch:
+        entry_id = raw_id.decode()
+        payload = fields.get(b"j", b"")
+        try:
+            job = decode_job(ctx, fields)
+        except (ProtocolError, InvalidInput) as exc:
+            dead_letter(ctx, shard, entry_id, payload, str(exc), _peek_ns(payload))
+            continue
+        try:
+            check_signature(ctx.settings, payload, [job.ns])
+        except SignatureRejected as exc:
+            _refuse(ctx, shard, entry_id, payload, job, str(exc))
+            continue
+        by_ns[job.ns].append((entry_id, job))
+    return by_ns
+
+
+def _refuse(
+    ctx: WorkerContext,
+    shard: int,
+    entry_id: str,
+    payload: bytes,
+    job: StoreJob | DeleteJob,
+    reason: str,
+) -> None:
+    """Dead-letter a job that failed its signature check and audit the refusal in its namespace."""
+    dead_letter(ctx, shard, entry_id, payload, reason, job.ns)
+    pipe = ctx.redis.pipeline(transaction=False)
+    notes.audit(
+        pipe,
+        ctx.keys,
+        job.ns,
+        f"refused-{job.op}",
+        job.id,
+        actor=job.agent or "unknown",
+        source=f"inbox:{entry_id}",
+        after={"reason": reason},
+    )
+    pipe.execute()
 
 
 def _handle_isolated(ctx: WorkerContext, shard: int, ns: str, entries: list[Entry]) -> None:

@@ -28,11 +28,12 @@ class LeaseLost(Exception):
 class Lease:
     """``with Lease(r, key, ttl_s).wait(timeout_s):`` or ``if lease.acquire(): ...``."""
 
-    def __init__(self, r: Redis, key: str, ttl_s: float) -> None:
+    def __init__(self, r: Redis, key: str, ttl_s: float, owner: str = "") -> None:
         self.r = r
         self.key = key
         self.ttl_ms = int(ttl_s * 1000)
-        self.token = os.urandom(12).hex().encode()
+        #: unique per acquisition; starts with ``owner/`` so an operator can see who holds it
+        self.token = f"{owner}/{os.urandom(12).hex()}".encode()
         self.held = False
 
     def acquire(self) -> bool:

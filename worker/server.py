@@ -18,6 +18,7 @@ from producer.errors import ProtocolError
 from producer.protocol import Reply, SearchJob, pack, unpack
 from worker import search
 from worker.context import WorkerContext
+from worker.signing import SignatureRejected, check_signature
 
 log = logging.getLogger(__name__)
 
@@ -35,7 +36,11 @@ def serve_once(ctx: WorkerContext, conn: Redis, timeout_s: float = POLL_S) -> bo
         log.warning("dropped undecodable search job: %s", exc)
         return True
     try:
+        check_signature(ctx.settings, got[1], job.namespaces)
         reply = search.handle(ctx, job)
+    except SignatureRejected as exc:
+        log.warning("refused %s job_id=%s: %s", job.kind, job.job_id, exc)
+        reply = Reply(job_id=job.job_id, ok=False, error=f"refused: {exc}")
     except (RedisConnectionError, RedisTimeoutError):
         raise
     except Exception as exc:

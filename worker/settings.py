@@ -49,6 +49,9 @@ class WorkerSettings(ProducerSettings):
     changelog_max: int = Field(default=1_000_000, ge=1_000)
     #: Entries kept in the dead-letter stream.
     dead_max: int = Field(default=100_000, ge=100)
+    #: Refuse every job not signed with its namespace's key from namespace_keys: stores and
+    #: deletes are dead-lettered (and audited), searches answered with an error.
+    require_signatures: bool = False
 
     @property
     def broker(self) -> str:

@@ -1,0 +1,112 @@
+"""Namespace credentials: per-namespace HMAC keys checked by a real worker, plus the Redis ACL
+rules that guard the direct reads (get, connected, stats) HMAC cannot reach.
+
+Two tenants share a Redis and a worker. Each producer holds only its own namespace's key and
+connects as its own ACL user. A tenant cannot read the other's notes through search, context,
+get, connected or stats, and a store it forges for the other namespace is dead-lettered and
+audited there.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from pathlib import Path
+
+import msgpack
+import pytest
+from redis import Redis
+
+from producer import AccessDenied, JobFailed, MemoryClient, signing
+from tests.conftest import make_settings
+from tests.e2e.workers import running
+from worker.devserver import EmbeddedRedis
+from worker.settings import WorkerSettings
+
+pytestmark = pytest.mark.e2e
+
+KEYS = {"acme": "acme-hmac-key", "globex": "globex-hmac-key"}
+
+
+def tenant_acl(prefix: str, ns: str) -> list[str]:
+    """ACL rules of a tenant user (as in the README): read its namespace, queue jobs, await
+    replies, nothing else."""
+    return [
+        *("on", f">{ns}-pw", "resetkeys", "resetchannels", "-@all", "+@connection"),
+        *("+evalsha", "+script|load", "+xadd", "+xlen", "+lpush", "+blpop"),
+        *("+hgetall", "+hget", "+zrange", "+zcard"),
+        f"%R~{prefix}:{{{ns}}}:*",
+        f"%RW~{prefix}:{{s*}}:inbox",
+        f"%W~{prefix}:search",
+        f"%RW~{prefix}:reply:*",
+    ]
+
+
+def _tenant(server: EmbeddedRedis, worker: WorkerSettings, ns: str) -> MemoryClient:
+    admin = Redis.from_url(server.url)
+    admin.execute_command("ACL", "SETUSER", ns, *tenant_acl(worker.key_prefix, ns))
+    admin.close()
+    return MemoryClient(
+        worker.model_copy(
+            update={
+                "redis_url": f"redis://{ns}:{ns}-pw@127.0.0.1:{server.port}/0",
+                "namespace_keys": {ns: worker.namespace_keys[ns]},
+            }
+        )
+    )
+
+
+def _forge(mem: MemoryClient, key_of: str) -> None:
+    """XADD a store job for acme signed with ``key_of``'s key, as a tenant with inbox access."""
+    job = {"v": 1, "op": "store", "id": "forged", "ns": "acme", "content": "forged by globex"}
+    job |= {"agent": "globex-agent", "created_at": time.time()}
+    job["sig"] = signing.sign(job, ["acme"], {"acme": KEYS[key_of]})
+    inbox = mem.keys.inbox(mem.keys.shard_of("acme"))
+    with Redis.from_url(mem.settings.redis_url) as tenant:  # the tenant's own ACL user
+        tenant.xadd(inbox, {"j": msgpack.packb(job, use_bin_type=True)})
+
+
+def test_a_tenant_cannot_read_or_write_another_tenants_namespace(tmp_path: Path):
+    with EmbeddedRedis(requirepass="admin-pw") as server:
+        settings = make_settings(
+            tmp_path,
+            redis_url=server.url,
+            namespace_keys=KEYS,
+            require_signatures=True,
+        )
+        env = {"ZQ_NAMESPACE_KEYS": json.dumps(KEYS), "ZQ_REQUIRE_SIGNATURES": "true"}
+        with (
+            running(settings, **env),
+            _tenant(server, settings, "acme") as acme,
+            _tenant(server, settings, "globex") as globex,
+        ):
+            secret = acme.store("acme's launch date is the 14th", namespace="acme")
+            acme.store("acme's launch needs legal sign-off", namespace="acme")
+            globex.store("globex launches in spring", namespace="globex")
+            assert [h.id for h in acme.search("launch date", namespace="acme", k=1)] == [secret]
+            assert globex.search("launch", namespace="globex", k=5)
+            for call in (globex.search, globex.context):
+                with pytest.raises(JobFailed, match="not signed with the key of namespace 'acme'"):
+                    call("launch date", namespace=["globex", "acme"])
+            for read in (globex.get, globex.connected):
+                with pytest.raises(AccessDenied):
+                    read(secret, namespace="acme")
+            with pytest.raises(AccessDenied):
+                globex.stats("acme")
+            globex.store("globex writes into acme", namespace="acme", id="unsigned")
+            _forge(globex, key_of="globex")
+            _forge(acme, key_of="acme")  # the same job with the right key is accepted
+            acme.flush("acme")
+            assert acme.get("forged", namespace="acme").content == "forged by globex"
+            with pytest.raises(KeyError):
+                acme.get("unsigned", namespace="acme")
+            assert acme.stats("acme").dead == 2
+            admin = Redis.from_url(server.url)
+            audit = admin.xrange(acme.keys.audit("acme"))
+            refused = [e for _, e in audit if e[b"op"] == b"refused-store"]
+            assert [e[b"actor"] for e in refused] == [b"unknown", b"globex-agent"]
+            dead = admin.xrange(acme.keys.dead())
+            assert all(
+                b"not signed with the key of namespace 'acme'" in e[b"reason"] for _, e in dead
+            )
+            admin.close()
