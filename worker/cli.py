@@ -8,6 +8,7 @@ zettelq store TEXT          queue a note; prints its id
 zettelq search QUERY        print the best hits
 zettelq get ID | stats | flush
 zettelq dead list|retry|purge
+zettelq reembed NAMESPACE   re-embed notes written by another embedder (--wait: here, now)
 """
 
 from __future__ import annotations
@@ -61,6 +62,9 @@ def _parser() -> argparse.ArgumentParser:
     get.add_argument("id")
     sub.add_parser("stats", help="print a namespace's counters as JSON")
     sub.add_parser("flush", help="wait until everything queued so far is organised")
+    reembed = sub.add_parser("reembed", help="re-embed a namespace with the configured embedder")
+    reembed.add_argument("namespace")
+    reembed.add_argument("--wait", action="store_true", help="run it in this process and wait")
     dead = sub.add_parser("dead", help="inspect or replay dead-lettered jobs")
     dead.add_argument("action", choices=["list", "retry", "purge"])
     dead.add_argument("--count", type=int, default=20)
@@ -173,6 +177,24 @@ def _flush(settings: WorkerSettings, args: argparse.Namespace, rest: list[str]) 
     return 0
 
 
+def _reembed(settings: WorkerSettings, args: argparse.Namespace, rest: list[str]) -> int:
+    if not args.wait:
+        from worker.tasks import send_reembed
+
+        send_reembed(args.namespace)
+        _out(f"queued zq.reembed of {args.namespace}")
+        return 0
+    from worker.context import WorkerContext
+    from worker.reembed import reembed_namespace
+
+    ctx = WorkerContext.build(settings)
+    try:
+        _out(f"reembedded {reembed_namespace(ctx, args.namespace)} notes")
+    finally:
+        ctx.close()
+    return 0
+
+
 def _dead(settings: WorkerSettings, args: argparse.Namespace, rest: list[str]) -> int:
     from worker import deadletter
     from worker.context import WorkerContext
@@ -206,6 +228,7 @@ COMMANDS = {
     "stats": _stats,
     "flush": _flush,
     "dead": _dead,
+    "reembed": _reembed,
 }
 
 

@@ -25,6 +25,7 @@ from producer.protocol import PROTOCOL_VERSION, DeleteJob, JobHead, StoreJob, un
 from worker import notes
 from worker.context import WorkerContext
 from worker.dispatch import kick
+from worker.embedding import EmbedderUnavailable
 from worker.ingest import Entry, handle_jobs
 from worker.lease import Lease, LeaseLost
 from worker.signing import SignatureRejected, check_signature
@@ -191,14 +192,14 @@ def _handle_isolated(ctx: WorkerContext, shard: int, ns: str, entries: list[Entr
     try:
         handle_jobs(ctx, ns, entries)
         return
-    except (RedisConnectionError, RedisTimeoutError, LeaseLost):
-        raise
+    except (RedisConnectionError, RedisTimeoutError, LeaseLost, EmbedderUnavailable):
+        raise  # transient, or not the jobs' fault: keep them queued and retry the drain
     except Exception:
         log.exception("batch of ns=%s failed; retrying its %d jobs one by one", ns, len(entries))
     for entry in entries:
         try:
             handle_jobs(ctx, ns, [entry])
-        except (RedisConnectionError, RedisTimeoutError, LeaseLost):
+        except (RedisConnectionError, RedisTimeoutError, LeaseLost, EmbedderUnavailable):
             raise
         except Exception as exc:
             log.exception("job entry=%s of ns=%s failed", entry[0], ns)

@@ -26,6 +26,8 @@ from typing import Protocol, cast
 import numpy as np
 import numpy.typing as npt
 
+from producer.errors import ZettelqError
+
 log = logging.getLogger(__name__)
 
 #: bump whenever HashingEmbedder would produce different vectors for the same input
@@ -71,14 +73,34 @@ _WordFeatures = tuple[_Index, _Floats, int]
 
 
 class Embedder(Protocol):
-    """Turns texts into L2-normalised float32 rows; `name` changes whenever the vectors would."""
+    """Turns texts into L2-normalised float32 rows; `name` changes whenever the vectors would.
 
-    name: str
-    dim: int
+    A remote embedder raises EmbedderUnavailable when it cannot produce vectors through no fault
+    of the texts (the batch is kept and retried) and EmbeddingRejected when the texts are refused.
+    """
+
+    @property
+    def name(self) -> str: ...
+
+    @property
+    def dim(self) -> int: ...
 
     def embed(self, texts: Sequence[str]) -> Vector:
         """Return an (len(texts), dim) C-contiguous array; an empty text gives a zero row."""
         ...
+
+
+class EmbeddingError(ZettelqError):
+    """An embedder could not turn texts into vectors."""
+
+
+class EmbedderUnavailable(EmbeddingError):
+    """The embedder cannot be reached, is overloaded or misconfigured; the texts are not at fault
+    and the work that needed them is retried later."""
+
+
+class EmbeddingRejected(EmbeddingError):
+    """The embedder refused these texts; retrying them unchanged cannot succeed."""
 
 
 class HashingEmbedder:

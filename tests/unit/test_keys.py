@@ -27,6 +27,7 @@ GLOBAL_KEYS: list[Callable[[Keys], str]] = [
     lambda k: k.reply("job1"),
     Keys.dead,
     Keys.namespaces,
+    lambda k: k.vcache("hash-v1-d256", "ab" * 32),
 ]
 
 
