@@ -152,6 +152,9 @@ class _ClientCore:
 
     def search_job(self, kind: str, namespace: Namespaces | None, **fields: Any) -> SearchJob:
         s = self.settings
+        unknown = set(fields) - SEARCH_OPTIONS
+        if unknown:
+            raise InvalidInput(f"unknown search options {sorted(unknown)}")
         names = [namespace] if namespace is None or isinstance(namespace, str) else namespace
         if not isinstance(names, list | tuple) or not 0 < len(names) <= 16:
             raise InvalidInput("namespace must be a str or a list of 1 to 16 str")
@@ -169,6 +172,9 @@ class _ClientCore:
             hops=v.check_int(fields.get("hops", 1), "hops", 0, v.MAX_HOPS),
             filters=v.check_filters(fields.get("filters"), s),
             fresh=bool(fields.get("fresh", True)),
+            weights=v.check_weights(fields.get("weights")),
+            as_of=v.check_time(fields.get("as_of"), "as_of"),
+            diversity=v.check_unit_float(fields.get("diversity"), "diversity") or 0.0,
             max_tokens=v.check_int(fields.get("max_tokens", 2000), "max_tokens", 16, 1_000_000),
             deadline=time.time() + timeout_s,
         )
@@ -210,6 +216,22 @@ class _ClientCore:
 RETRY_BASE_S = 0.05  #: first backoff before a Redis command is retried
 RETRY_CAP_S = 0.5  #: longest backoff between retries
 
+#: Keyword arguments search(), context() and flush() accept.
+SEARCH_OPTIONS = frozenset(
+    {
+        "query",
+        "k",
+        "hops",
+        "filters",
+        "fresh",
+        "timeout_s",
+        "weights",
+        "as_of",
+        "diversity",
+        "max_tokens",
+    }
+)
+
 #: Keyword names a store_many() item may carry.
 STORE_FIELDS = frozenset({"content", "agent", "metadata", "tags", "event_time", "importance", "id"})
 
@@ -218,7 +240,9 @@ def _backoff() -> ExponentialWithJitterBackoff:
     return ExponentialWithJitterBackoff(base=RETRY_BASE_S, cap=RETRY_CAP_S)
 
 
-def _connect_kwargs(s: ProducerSettings) -> dict[str, Any]:
+def redis_kwargs(s: ProducerSettings) -> dict[str, Any]:
+    """Connection options every zettelq Redis client uses: connect timeout, health checks and
+    bounded retries (ZQ_REDIS_RETRIES)."""
     return {
         "socket_connect_timeout": s.socket_timeout_s,
         "health_check_interval": 30,
@@ -227,7 +251,7 @@ def _connect_kwargs(s: ProducerSettings) -> dict[str, Any]:
 
 
 def _async_connect_kwargs(s: ProducerSettings) -> dict[str, Any]:
-    return {**_connect_kwargs(s), "retry": AsyncRetry(_backoff(), s.redis_retries)}
+    return {**redis_kwargs(s), "retry": AsyncRetry(_backoff(), s.redis_retries)}
 
 
 class MemoryClient:
@@ -238,9 +262,9 @@ class MemoryClient:
         s = self._core.settings
         self.keys = self._core.keys
         self._redis = Redis.from_url(
-            s.redis_url, socket_timeout=s.socket_timeout_s, **_connect_kwargs(s)
+            s.redis_url, socket_timeout=s.socket_timeout_s, **redis_kwargs(s)
         )
-        self._blocking = Redis.from_url(s.redis_url, socket_timeout=None, **_connect_kwargs(s))
+        self._blocking = Redis.from_url(s.redis_url, socket_timeout=None, **redis_kwargs(s))
         self._enqueue = self._redis.register_script(ENQUEUE_LUA)
 
     @property
@@ -280,7 +304,8 @@ class MemoryClient:
     def search(
         self, query: str, *, namespace: Namespaces | None = None, **options: Any
     ) -> list[Hit]:
-        """Best notes for ``query``. Options: k=10, hops=1, filters=None, fresh=True, timeout_s."""
+        """Best notes for ``query``. Options: k=10, hops=1, filters=None, fresh=True, timeout_s,
+        as_of (see the past), diversity (0-1, MMR), weights (per-channel, for ablations)."""
         return self._ask("search", namespace, query=query, **options).hits
 
     def context(

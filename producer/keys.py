@@ -14,6 +14,8 @@ P:search                       list    packed SearchJob requests, served by ever
 P:reply:<job_id>               list    one packed Reply, EXPIRE result_ttl_s; the caller BLPOPs it
 P:dead                         stream  dead-lettered jobs: raw payload, reason, source, time
 P:namespaces                   set     every namespace ever written
+P:vcache:<embedder>:<sha256>   string  float32 vector of the text with that SHA-256 (hex) by
+                                       that embedder; EX vector_cache_ttl_s
 P:{ns}:note:<id>               hash    one note (fields: see producer.protocol.NOTE_FIELDS)
 P:{ns}:links:<id>              zset    neighbour id -> link weight
 P:{ns}:linkmeta:<id>           hash    neighbour id -> packed {reason, source}
@@ -24,7 +26,13 @@ P:{ns}:tombstoned              zset    tombstoned note id -> time of tombstoning
 P:{ns}:changes                 stream  change log the projections replay: {op: add|remove, seq}
 P:{ns}:audit                   stream  one entry per mutation: who/what/when/before/after/source
 P:{ns}:stats                   hash    counters and last organisation times
+P:{ns}:tail                    string  packed (id, event_time, agent, created_at) of the last new
+                                       note, for the next batch's sequence links
 P:{ns}:lock                    string  token of the worker mutating the namespace (PX lock_ms)
+P:{ns}:llm_budget:<hour>       string  LLM calls made for the namespace in that hour (epoch hours;
+                                       INCR, EXPIRE 2 h); capped at llm_budget_per_hour
+P:{ns}:clusters                hash    insight id -> packed sorted ids of the cluster of notes it
+                                       abstracts (consolidation)
 =============================  ======  ==========================================================
 """
 
@@ -67,6 +75,9 @@ class Keys:
     def namespaces(self) -> str:
         return f"{self.prefix}:namespaces"
 
+    def vcache(self, embedder: str, sha256: str) -> str:
+        return f"{self.prefix}:vcache:{embedder}:{sha256}"
+
     # namespace keys
     def note(self, ns: str, note_id: str) -> str:
         return f"{self.prefix}:{{{ns}}}:note:{note_id}"
@@ -98,5 +109,14 @@ class Keys:
     def stats(self, ns: str) -> str:
         return f"{self.prefix}:{{{ns}}}:stats"
 
+    def tail(self, ns: str) -> str:
+        return f"{self.prefix}:{{{ns}}}:tail"
+
     def lock(self, ns: str) -> str:
         return f"{self.prefix}:{{{ns}}}:lock"
+
+    def llm_budget(self, ns: str, hour: int) -> str:
+        return f"{self.prefix}:{{{ns}}}:llm_budget:{hour}"
+
+    def clusters(self, ns: str) -> str:
+        return f"{self.prefix}:{{{ns}}}:clusters"

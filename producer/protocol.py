@@ -73,6 +73,9 @@ class SearchJob(_Wire):
     k: int = 10
     hops: int = 1
     filters: dict[str, JsonValue] = Field(default_factory=dict)
+    weights: dict[str, float] = Field(default_factory=dict)
+    as_of: float | None = None
+    diversity: float = 0.0
     fresh: bool = True
     max_tokens: int = 2000
     deadline: float
@@ -87,7 +90,9 @@ class Hit(BaseModel):
     namespace: str
     content: str
     score: float
+    relevance: float = 0.0
     similarity: float
+    lexical: float = 0.0
     importance: float
     recency: float
     connection_boost: float

@@ -21,6 +21,9 @@ ID_RE = re.compile(r"[A-Za-z0-9_.:-]{1,128}")  #: note ids
 MAX_AGENT_CHARS = 128  #: longest agent name
 MAX_HOPS = 3  #: deepest graph expansion a search may ask for
 MAX_TIMEOUT_S = 300.0  #: longest wait for a reply
+WEIGHT_KEYS = frozenset(
+    {"dense", "lexical", "graph", "feedback"}
+)  #: channels a search may reweight
 FILTER_KEYS = frozenset({"agent", "kind", "tags", "since", "until", "metadata"})  #: search filters
 
 
@@ -151,6 +154,21 @@ def check_timeout(value: object) -> float:
     if not 0 < value <= MAX_TIMEOUT_S:
         raise InvalidInput(f"timeout_s must be > 0 and <= {MAX_TIMEOUT_S}")
     return float(value)
+
+
+def check_weights(weights: object) -> dict[str, float]:
+    """Per-search channel weights overriding the worker's settings (for ablations)."""
+    if weights is None:
+        return {}
+    if not isinstance(weights, Mapping) or not set(weights) <= WEIGHT_KEYS:
+        raise InvalidInput(f"weights must be a mapping with keys among {sorted(WEIGHT_KEYS)}")
+    out: dict[str, float] = {}
+    for key, value in weights.items():
+        ok = isinstance(value, int | float) and not isinstance(value, bool)
+        if not ok or not 0 <= value <= 100:
+            raise InvalidInput(f"weights[{key!r}] must be a number between 0 and 100")
+        out[key] = float(value)
+    return out
 
 
 def check_filters(filters: object, s: ProducerSettings) -> dict[str, Any]:

@@ -9,8 +9,10 @@ from dataclasses import dataclass, field
 
 from redis import Redis
 
+from producer.client import redis_kwargs
 from producer.keys import Keys
-from worker.embedding import Embedder, load_embedder
+from worker.embedding import Embedder
+from worker.model_embedding import build_embedder
 from worker.projection import Projection, open_projection
 from worker.settings import WorkerSettings
 
@@ -30,16 +32,13 @@ class WorkerContext:
     @classmethod
     def build(cls, settings: WorkerSettings) -> WorkerContext:
         redis = Redis.from_url(
-            settings.redis_url,
-            socket_timeout=settings.socket_timeout_s,
-            socket_connect_timeout=settings.socket_timeout_s,
-            health_check_interval=30,
+            settings.redis_url, socket_timeout=settings.socket_timeout_s, **redis_kwargs(settings)
         )
         return cls(
             settings=settings,
             redis=redis,
             keys=Keys(settings.key_prefix, settings.shard_count),
-            embedder=load_embedder(settings.embedder, settings.embed_dim),
+            embedder=build_embedder(settings),
             consumer=f"{socket.gethostname()}-{os.getpid()}-{os.urandom(3).hex()}",
         )
 

@@ -17,6 +17,7 @@ from redis import Redis
 from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 
+from producer.client import redis_kwargs
 from producer.keys import Keys
 from worker.settings import WorkerSettings
 
@@ -70,7 +71,7 @@ class Dispatcher:
         r = Redis.from_url(
             s.redis_url,
             socket_timeout=s.sweep_interval_s + s.socket_timeout_s,
-            socket_connect_timeout=s.socket_timeout_s,
+            **redis_kwargs(s),
         )
         backoff = 0.1
         while not self._stop.is_set():

@@ -53,14 +53,14 @@ def evict_namespace(ctx: WorkerContext, ns: str) -> int:
     s = ctx.settings
     if s.max_notes <= 0 or ctx.redis.zcard(ctx.keys.active(ns)) <= s.max_notes:
         return 0
-    with Lease(ctx.redis, ctx.keys.lock(ns), s.lease_s):
+    with Lease(ctx.redis, ctx.keys.lock(ns), s.lease_s, owner=ctx.consumer) as lease:
         now = time.time()
         victims = select_evictions(
             _survivors(ctx, ns), s.max_notes, now, s.recency_half_life_days * 86_400
         )
         existing = notes.read_notes(ctx.redis, ctx.keys, ns, victims)
         proj = ctx.projection(ns)
-        count = tombstone_notes(ctx, proj, ns, existing, "evict", {}, {})
+        count = tombstone_notes(ctx, proj, lease, existing, "evict", {}, {})
         ctx.redis.hset(ctx.keys.stats(ns), "last_evict", now)
     log.info("evicted ns=%s n=%d", ns, count)
     return count

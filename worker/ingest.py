@@ -11,10 +11,11 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import astuple, dataclass, field
 from itertools import groupby
 from typing import Any
 
+import msgpack
 import numpy as np
 import numpy.typing as npt
 
@@ -23,8 +24,18 @@ from worker import notes
 from worker.context import WorkerContext
 from worker.keywords import derive_tags, extract_keywords
 from worker.lease import Lease
-from worker.linking import Candidate, Link, batch_candidates, dedupe_links, judge
+from worker.lexical import stem
+from worker.linking import (
+    Candidate,
+    Link,
+    Step,
+    batch_candidates,
+    dedupe_links,
+    judge,
+    sequence_links,
+)
 from worker.projection import Projection, catch_up
+from worker.vector_cache import embed_cached
 
 log = logging.getLogger(__name__)
 
@@ -32,6 +43,9 @@ Job = StoreJob | DeleteJob
 Entry = tuple[str, Job]  #: (inbox entry id, job)
 DEFAULT_IMPORTANCE = 0.5  #: importance of a note whose caller gave none
 AUTO_TAGS = 4  #: keywords promoted to tags on top of the caller's
+#: A young namespace judges keyword rarity as if it held this many more unrelated notes, so its
+#: first notes can link on a shared keyword.
+RARITY_PSEUDO_DOCS = 20
 
 
 @dataclass
@@ -49,15 +63,16 @@ class _Pending:
 
 def handle_jobs(ctx: WorkerContext, ns: str, entries: Sequence[Entry]) -> None:
     """Apply a namespace's jobs in inbox order (stores batched, deletes in between)."""
-    with Lease(ctx.redis, ctx.keys.lock(ns), ctx.settings.lease_s):
+    with Lease(ctx.redis, ctx.keys.lock(ns), ctx.settings.lease_s, owner=ctx.consumer) as lease:
         proj = ctx.projection(ns)
         for op, group in groupby(entries, key=lambda e: e[1].op):
             items = list(group)
             if op == "store":
                 for round_ in _rounds(items):
-                    _store(ctx, proj, ns, round_)  # type: ignore[arg-type]
+                    lease.renew()
+                    _store(ctx, proj, lease, round_)  # type: ignore[arg-type]
             else:
-                _delete(ctx, proj, ns, items)  # type: ignore[arg-type]
+                _delete(ctx, proj, lease, items)  # type: ignore[arg-type]
 
 
 def _rounds(entries: list[Entry]) -> list[list[Entry]]:
@@ -76,9 +91,10 @@ def _rounds(entries: list[Entry]) -> list[list[Entry]]:
 
 
 def _store(
-    ctx: WorkerContext, proj: Projection, ns: str, entries: list[tuple[str, StoreJob]]
+    ctx: WorkerContext, proj: Projection, lease: Lease, entries: list[tuple[str, StoreJob]]
 ) -> None:
     started = time.perf_counter()
+    ns = proj.ns
     latest = {job.id: (eid, job) for eid, job in entries}  # ids are unique within a round
     existing = notes.read_notes(ctx.redis, ctx.keys, ns, list(latest))
     todo = [
@@ -93,7 +109,8 @@ def _store(
         catch_up(ctx, proj)
         position = proj.position
         links = _propose(ctx, proj, todo)
-    changes = _commit(ctx, ns, todo, links)
+    links = dedupe_links(links + _sequence(ctx, ns, todo))
+    changes = _commit(ctx, lease, ns, todo, links)
     with proj.lock:
         if proj.position == position:
             _apply(proj, todo)
@@ -111,13 +128,29 @@ def _store(
     )
 
 
+def _sequence(ctx: WorkerContext, ns: str, todo: list[_Pending]) -> list[Link]:
+    """Sequence links among the batch's new notes and to the namespace's previous note."""
+    s = ctx.settings
+    steps = [_step(p.job) for p in todo if p.existing is None]
+    if not steps or s.sequence_weight <= 0:
+        return []
+    raw = ctx.redis.get(ctx.keys.tail(ns))
+    previous = Step(*msgpack.unpackb(raw)) if raw else None
+    return sequence_links(previous, steps, s.sequence_window_s, s.sequence_weight)
+
+
+def _step(job: StoreJob) -> Step:
+    return Step(job.id, job.event_time, job.agent, job.created_at)
+
+
 def _already_applied(fields: notes.Fields | None, entry_id: str) -> bool:
     src = fields.get(b"src") if fields else None
     return src is not None and notes.stream_pos(src) >= notes.stream_pos(entry_id)
 
 
 def _prepare(ctx: WorkerContext, todo: list[_Pending]) -> None:
-    """Seqs for new notes, keywords, and one embedder call for every changed content."""
+    """Seqs for new notes, keywords, and one embedder call for every changed content (and
+    every note embedded by another model) that the vector cache lacks."""
     fresh = [p for p in todo if p.existing is None]
     if fresh:
         last = int(ctx.redis.incrby(ctx.keys.seq(todo[0].job.ns), len(fresh)))
@@ -130,10 +163,11 @@ def _prepare(ctx: WorkerContext, todo: list[_Pending]) -> None:
             p.relink = (
                 p.existing.get("content") != p.job.content or p.existing["status"] != "active"
             )
-    to_embed = [p for p in todo if p.relink or p.existing is None]
+    model = ctx.embedder.name
+    to_embed = [p for p in todo if p.relink or (p.existing or {}).get("embedder") != model]
     reuse = [p for p in todo if p not in to_embed]
     if to_embed:
-        vecs = ctx.embedder.embed([p.job.content for p in to_embed])
+        vecs = embed_cached(ctx, [p.job.content for p in to_embed])
         for p, vec in zip(to_embed, vecs, strict=True):
             p.vec = vec
     if reuse:
@@ -155,6 +189,10 @@ def _propose(ctx: WorkerContext, proj: Projection, todo: list[_Pending]) -> list
     kws = [frozenset(p.keywords) for p in linking]
     in_batch = batch_candidates(ids, vecs, kws, s.link_k)
     scores, seqs = proj.index.search(vecs, min(s.link_k + 1, max(len(proj.index), 1)))
+
+    def rarity(keyword: str) -> float:
+        return proj.lexical.idf(stem(keyword), RARITY_PSEUDO_DOCS)
+
     links: list[Link] = []
     for i, p in enumerate(linking):
         cands = [
@@ -162,7 +200,15 @@ def _propose(ctx: WorkerContext, proj: Projection, todo: list[_Pending]) -> list
             for score, seq in zip(scores[i], seqs[i], strict=True)
             if seq >= 0 and int(seq) in proj.ids
         ]
-        links += judge(p.job.id, kws[i], cands + in_batch[i], s.link_threshold, s.max_links)
+        links += judge(
+            p.job.id,
+            kws[i],
+            cands + in_batch[i],
+            s.link_threshold,
+            s.max_links,
+            rarity,
+            s.link_min_shared_idf,
+        )
     return dedupe_links(links)
 
 
@@ -195,7 +241,9 @@ def _fields(ctx: WorkerContext, p: _Pending) -> dict[str, Any]:
     }
 
 
-def _commit(ctx: WorkerContext, ns: str, todo: list[_Pending], links: list[Link]) -> str:
+def _commit(
+    ctx: WorkerContext, lease: Lease, ns: str, todo: list[_Pending], links: list[Link]
+) -> str:
     """One MULTI/EXEC for the whole batch; returns the batch's change-log entry id."""
     keys = ctx.keys
     relinked = [p.job.id for p in todo if p.existing is not None and p.relink]
@@ -207,28 +255,32 @@ def _commit(ctx: WorkerContext, ns: str, todo: list[_Pending], links: list[Link]
         )
         for p in todo
     ]
-    pipe = ctx.redis.pipeline(transaction=True)
-    for nid, nbs in old_links.items():
-        notes.unlink_all(pipe, keys, ns, nid, nbs)
-    notes.write_notes(pipe, keys, ns, writes, ctx.settings.changelog_max)
-    change_at = len(pipe) - 1
-    added = notes.write_links(pipe, keys, ns, links, source="rule")
-    for p, w in zip(todo, writes, strict=True):
-        after = {**notes.public_view(w.fields), "links": by_note.get(w.id, {})}
-        notes.audit(
-            pipe,
-            keys,
-            ns,
-            "create" if w.created else "update",
-            w.id,
-            actor=p.job.agent or "unknown",
-            source=f"inbox:{p.entry_id}",
-            before=notes.public_view(p.existing) if p.existing else None,
-            after=after,
-        )
-    pipe.hincrby(keys.stats(ns), "links", added - _undirected(set(old_links), old_links))
-    pipe.hset(keys.stats(ns), "last_ingest", time.time())
-    results = pipe.execute()
+    with lease.fenced() as pipe:
+        for nid, nbs in old_links.items():
+            notes.unlink_all(pipe, keys, ns, nid, nbs)
+        notes.write_notes(pipe, keys, ns, writes, ctx.settings.changelog_max)
+        change_at = len(pipe) - 1
+        added = notes.write_links(pipe, keys, ns, links, source="rule")
+        for p, w in zip(todo, writes, strict=True):
+            after = {**notes.public_view(w.fields), "links": by_note.get(w.id, {})}
+            notes.audit(
+                pipe,
+                keys,
+                ns,
+                "create" if w.created else "update",
+                w.id,
+                actor=p.job.agent or "unknown",
+                source=f"inbox:{p.entry_id}",
+                before=notes.public_view(p.existing) if p.existing else None,
+                after=after,
+            )
+        pipe.hincrby(keys.stats(ns), "links", added - _undirected(set(old_links), old_links))
+        pipe.hset(keys.stats(ns), "last_ingest", time.time())
+        fresh = [p.job for p in todo if p.existing is None]
+        if fresh:
+            tail = _step(fresh[-1])
+            pipe.set(keys.tail(ns), msgpack.packb(astuple(tail)))
+        results = pipe.execute()
     ctx.redis.sadd(keys.namespaces(), ns)
     return str(results[change_at].decode())
 
@@ -251,12 +303,14 @@ def _stack(items: list[_Pending]) -> npt.NDArray[np.float32]:
 def _apply(proj: Projection, todo: list[_Pending]) -> None:
     vecs = _stack(todo)
     kws = [frozenset(p.keywords) for p in todo]
-    proj.add([p.seq for p in todo], [p.job.id for p in todo], vecs, kws)
+    texts = [p.job.content for p in todo]
+    proj.add([p.seq for p in todo], [p.job.id for p in todo], vecs, kws, texts)
 
 
 def _delete(
-    ctx: WorkerContext, proj: Projection, ns: str, entries: list[tuple[str, DeleteJob]]
+    ctx: WorkerContext, proj: Projection, lease: Lease, entries: list[tuple[str, DeleteJob]]
 ) -> None:
+    ns = proj.ns
     ids = list(dict.fromkeys(job.id for _, job in entries))
     existing = notes.read_notes(ctx.redis, ctx.keys, ns, ids)
     live = [nid for nid in ids if existing.get(nid, {}).get(b"status") == b"active"]
@@ -264,41 +318,42 @@ def _delete(
         return
     actors = {job.id: job.agent or "unknown" for _, job in entries}
     sources = {job.id: eid for eid, job in entries}
-    tombstone_notes(ctx, proj, ns, {nid: existing[nid] for nid in live}, "delete", actors, sources)
+    victims = {nid: existing[nid] for nid in live}
+    tombstone_notes(ctx, proj, lease, victims, "delete", actors, sources)
 
 
 def tombstone_notes(
     ctx: WorkerContext,
     proj: Projection,
-    ns: str,
+    lease: Lease,
     existing: dict[str, notes.Fields],
     op: str,
     actors: dict[str, str],
     sources: dict[str, str],
 ) -> int:
     """Tombstone notes and unlink them from both sides (delete and eviction share this)."""
-    keys = ctx.keys
+    keys, ns = ctx.keys, proj.ns
     neighbours = notes.read_links(ctx.redis, keys, ns, list(existing))
-    pipe = ctx.redis.pipeline(transaction=True)
-    for nid in existing:
-        notes.unlink_all(pipe, keys, ns, nid, neighbours[nid])
-    seqs = {nid: int(fields[b"seq"]) for nid, fields in existing.items()}
-    notes.tombstone_all(pipe, keys, ns, seqs, ctx.settings.changelog_max)
-    for nid, fields in existing.items():
-        before = {**notes.public_view(notes.unpack_fields(fields)), "links": neighbours[nid]}
-        notes.audit(
-            pipe,
-            keys,
-            ns,
-            op,
-            nid,
-            actor=actors.get(nid, "worker"),
-            source=sources.get(nid, op),
-            before=before,
-            after={"status": "tombstoned"},
-        )
-    pipe.hincrby(keys.stats(ns), "links", -_undirected(set(existing), neighbours))
-    pipe.execute()
+    with lease.fenced() as pipe:
+        for nid in existing:
+            notes.unlink_all(pipe, keys, ns, nid, neighbours[nid])
+        seqs = {nid: int(fields[b"seq"]) for nid, fields in existing.items()}
+        notes.tombstone_all(pipe, keys, ns, seqs, ctx.settings.changelog_max)
+        for nid, fields in existing.items():
+            before = {**notes.public_view(notes.unpack_fields(fields)), "links": neighbours[nid]}
+            notes.audit(
+                pipe,
+                keys,
+                ns,
+                op,
+                nid,
+                actor=actors.get(nid, "worker"),
+                source=sources.get(nid, op),
+                before=before,
+                after={"status": "tombstoned"},
+            )
+        pipe.hincrby(keys.stats(ns), "links", -_undirected(set(existing), neighbours))
+        pipe.execute()
     with proj.lock:
         catch_up(ctx, proj)
     return len(existing)

@@ -8,9 +8,13 @@ from __future__ import annotations
 
 import os
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from types import TracebackType
 
 from redis import Redis
+from redis.client import Pipeline
+from redis.exceptions import WatchError
 
 RELEASE_LUA = (
     "if redis.call('GET', KEYS[1]) == ARGV[1] then return redis.call('DEL', KEYS[1]) end return 0"
@@ -55,6 +59,23 @@ class Lease:
         if not self.r.eval(RENEW_LUA, 1, self.key, self.token, self.ttl_ms):
             self.held = False
             raise LeaseLost(f"lost {self.key}")
+
+    @contextmanager
+    def fenced(self) -> Iterator[Pipeline]:
+        """A MULTI/EXEC pipeline whose EXEC only applies while this lease is still ours: the key
+        is WATCHed and checked first, so a holder whose lease expired mid-batch cannot commit
+        over the worker that took it over (the commit raises LeaseLost instead)."""
+        with self.r.pipeline(transaction=True) as pipe:
+            pipe.watch(self.key)
+            if pipe.get(self.key) != self.token:
+                self.held = False
+                raise LeaseLost(f"lost {self.key} before committing")
+            pipe.multi()
+            try:
+                yield pipe
+            except WatchError as exc:
+                self.held = False
+                raise LeaseLost(f"lost {self.key} while committing") from exc
 
     def release(self) -> None:
         if self.held:

@@ -1,13 +1,15 @@
 """Link policy (pure): which candidates a new note links to, with what weight and reason.
 
 The heuristic judge links a candidate when its cosine passes the threshold and the two notes
-share a keyword, or when the cosine alone is strong (threshold + STRONG_MARGIN). Each new note
-keeps at most ``max_links`` links, strongest first. Pairs inside one batch are judged too.
+share keywords that are rare enough (the sum of their IDFs reaches ``min_shared``: one shared
+uncommon word, not a name that half the notes carry), or when the cosine alone is strong
+(threshold + STRONG_MARGIN). Each new note keeps at most ``max_links`` links, strongest first.
+Pairs inside one batch are judged too.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -41,8 +43,13 @@ def judge(
     candidates: Sequence[Candidate],
     threshold: float,
     max_links: int,
+    rarity: Callable[[str], float] = lambda _: 1.0,
+    min_shared: float = 0.0,
 ) -> list[Link]:
-    """The links the heuristic judge accepts for one new note, strongest first."""
+    """The links the heuristic judge accepts for one new note, strongest first.
+
+    ``rarity`` weighs a shared keyword (an IDF); shared keywords count once their weights sum
+    to ``min_shared``."""
     accepted: list[Link] = []
     seen: set[str] = set()
     for cand in sorted(candidates, key=lambda c: -c.similarity):
@@ -50,12 +57,13 @@ def judge(
             break
         if cand.note_id == new_id or cand.note_id in seen or cand.similarity < threshold:
             continue
-        shared = sorted(new_keywords & cand.keywords)
-        if not shared and cand.similarity < threshold + STRONG_MARGIN:
+        shared = sorted(new_keywords & cand.keywords, key=lambda kw: (-rarity(kw), kw))
+        evidence = bool(shared) and sum(rarity(kw) for kw in shared) >= min_shared
+        if not evidence and cand.similarity < threshold + STRONG_MARGIN:
             continue
         seen.add(cand.note_id)
         reason = f"cosine {cand.similarity:.2f}"
-        if shared:
+        if evidence:
             reason += "; shared " + ", ".join(shared[:5])
         accepted.append(Link(new_id, cand.note_id, round(cand.similarity, 4), reason))
     return accepted
@@ -83,10 +91,50 @@ def batch_candidates(
 
 
 def dedupe_links(links: Sequence[Link]) -> list[Link]:
-    """One link per unordered pair, keeping the strongest."""
+    """One link per unordered pair with the strongest weight and every distinct reason (a pair
+    can be both consecutive and similar: "sequence; cosine 0.42; shared sweden")."""
     best: dict[tuple[str, str], Link] = {}
     for link in links:
         pair = (link.a, link.b) if link.a < link.b else (link.b, link.a)
-        if pair not in best or link.weight > best[pair].weight:
+        known = best.get(pair)
+        if known is None:
             best[pair] = link
+            continue
+        strong, weak = (link, known) if link.weight > known.weight else (known, link)
+        reasons = (
+            strong.reason if weak.reason in strong.reason else f"{strong.reason}; {weak.reason}"
+        )
+        best[pair] = Link(strong.a, strong.b, strong.weight, reasons)
     return list(best.values())
+
+
+@dataclass(frozen=True)
+class Step:
+    """A note as the sequence policy sees it."""
+
+    note_id: str
+    event_time: float | None
+    agent: str | None
+    created_at: float
+
+
+def same_episode(a: Step, b: Step, window_s: float) -> bool:
+    """Two consecutive notes belong to one episode when they share an event_time (a session),
+    or, with no event_time, come from the same agent within ``window_s`` seconds."""
+    if a.event_time is not None or b.event_time is not None:
+        return a.event_time == b.event_time
+    return a.agent == b.agent and abs(b.created_at - a.created_at) <= window_s
+
+
+def sequence_links(
+    previous: Step | None, steps: Sequence[Step], window_s: float, weight: float
+) -> list[Link]:
+    """Folgezettel: link each note to the one stored just before it in the same episode."""
+    if weight <= 0:
+        return []
+    links: list[Link] = []
+    for step in steps:
+        if previous is not None and same_episode(previous, step, window_s):
+            links.append(Link(step.note_id, previous.note_id, weight, "sequence"))
+        previous = step
+    return links

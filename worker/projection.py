@@ -1,4 +1,5 @@
-"""A worker's per-namespace projection of Redis: the FAISS index plus the seq -> id map.
+"""A worker's per-namespace projection of Redis: the FAISS index, the BM25 index and the
+seq -> id map.
 
 Redis is the truth (DESIGN invariant 2). A projection is built from the namespace's notes, or
 loaded from a snapshot, then kept current by replaying the namespace's change log. Any
@@ -11,6 +12,7 @@ import hashlib
 import logging
 import threading
 import time
+from collections import Counter
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -18,6 +20,7 @@ import msgpack
 import numpy as np
 
 from worker.index import IndexCorrupt, VectorIndex
+from worker.lexical import LexicalIndex, analyze
 from worker.notes import read_change, stream_pos
 
 if TYPE_CHECKING:
@@ -25,6 +28,7 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
+SNAPSHOT_FORMAT = 2  #: bumped when the sidecar changes; older snapshots are rebuilt
 CATCH_UP_CHUNK = 2_000  #: change-log entries read per round trip
 REBUILD_CHUNK = 1_000  #: notes fetched per round trip when rebuilding
 
@@ -32,23 +36,30 @@ REBUILD_CHUNK = 1_000  #: notes fetched per round trip when rebuilding
 class Projection:
     """The index of one namespace. Callers hold ``lock`` while reading or changing it."""
 
-    def __init__(self, ns: str, index: VectorIndex) -> None:
+    def __init__(self, ns: str, index: VectorIndex, lexical: LexicalIndex) -> None:
         self.ns = ns
         self.index = index
         self.ids: dict[int, str] = {}
         self.keywords: dict[int, frozenset[str]] = {}
+        self.lexical = lexical
         self.position = "0-0"  #: last change-log entry applied
         self.lock = threading.RLock()
 
     def add(
-        self, seqs: list[int], ids: list[str], vecs: np.ndarray, keywords: list[frozenset[str]]
+        self,
+        seqs: list[int],
+        ids: list[str],
+        vecs: np.ndarray,
+        keywords: list[frozenset[str]],
+        texts: list[str],
     ) -> None:
         if not seqs:
             return
         self.index.add(np.asarray(seqs, dtype=np.int64), np.ascontiguousarray(vecs, np.float32))
-        for seq, nid, kws in zip(seqs, ids, keywords, strict=True):
+        for seq, nid, kws, text in zip(seqs, ids, keywords, texts, strict=True):
             self.ids[seq] = nid
             self.keywords[seq] = kws
+            self.lexical.add(seq, analyze(text))
 
     def remove(self, seqs: list[int]) -> None:
         if not seqs:
@@ -57,6 +68,7 @@ class Projection:
         for seq in seqs:
             self.ids.pop(seq, None)
             self.keywords.pop(seq, None)
+            self.lexical.remove(seq)
 
 
 def snapshot_path(ctx: WorkerContext, ns: str) -> Path:
@@ -68,10 +80,14 @@ def open_projection(ctx: WorkerContext, ns: str) -> Projection:
     """Load the namespace's snapshot and catch up, or rebuild it from Redis."""
     proj = _load_snapshot(ctx, ns)
     if proj is None:
-        proj = Projection(ns, _new_index(ctx))
+        proj = Projection(ns, _new_index(ctx), _new_lexical(ctx))
         rebuild(ctx, proj)
     catch_up(ctx, proj)
     return proj
+
+
+def _new_lexical(ctx: WorkerContext) -> LexicalIndex:
+    return LexicalIndex(ctx.settings.bm25_k1, ctx.settings.bm25_b)
 
 
 def _new_index(ctx: WorkerContext) -> VectorIndex:
@@ -86,6 +102,7 @@ def rebuild(ctx: WorkerContext, proj: Projection) -> None:
     proj.index = _new_index(ctx)
     proj.ids.clear()
     proj.keywords.clear()
+    proj.lexical = _new_lexical(ctx)
     proj.position = last[0][0].decode() if last else "0-0"
     members = r.zrange(keys.active(ns), 0, -1, withscores=True)
     for start in range(0, len(members), REBUILD_CHUNK):
@@ -100,19 +117,37 @@ def rebuild(ctx: WorkerContext, proj: Projection) -> None:
 
 
 def _add_from_notes(ctx: WorkerContext, proj: Projection, members: list[tuple[str, int]]) -> None:
+    """Add the active notes among ``members``; a note whose vector comes from another embedder
+    is left out (and dropped if present), so one index never mixes two models' vectors."""
+    fields = ["vec", "keywords", "status", "seq", "content", "embedder"]
     pipe = ctx.redis.pipeline(transaction=False)
     for nid, _ in members:
-        pipe.hmget(ctx.keys.note(proj.ns, nid), ["vec", "keywords", "status", "seq"])
-    seqs, ids, vecs, kws = [], [], [], []
-    for (nid, seq), (vec, raw_kws, status, raw_seq) in zip(members, pipe.execute(), strict=True):
+        pipe.hmget(ctx.keys.note(proj.ns, nid), fields)
+    seqs, ids, vecs, kws, texts, foreign = [], [], [], [], [], []
+    model = ctx.embedder.name.encode()
+    for (nid, seq), row in zip(members, pipe.execute(), strict=True):
+        vec, raw_kws, status, raw_seq, content, embedder = row
         if vec is None or status != b"active" or raw_seq is None or int(raw_seq) != seq:
+            continue
+        if embedder != model:
+            foreign.append(seq)
             continue
         seqs.append(seq)
         ids.append(nid)
         vecs.append(np.frombuffer(vec, dtype=np.float32))
         kws.append(frozenset(msgpack.unpackb(raw_kws) if raw_kws else ()))
+        texts.append(content.decode())
     if seqs:
-        proj.add(seqs, ids, np.vstack(vecs), kws)
+        proj.add(seqs, ids, np.vstack(vecs), kws, texts)
+    if foreign:
+        proj.remove(foreign)
+        log.warning(
+            "ns=%s: %d notes embedded by another model left out of the index until "
+            "`zettelq reembed %s`",
+            proj.ns,
+            len(foreign),
+            proj.ns,
+        )
 
 
 def catch_up(ctx: WorkerContext, proj: Projection) -> int:
@@ -160,11 +195,13 @@ def save_snapshot(ctx: WorkerContext, proj: Projection) -> Path:
     path.parent.mkdir(parents=True, exist_ok=True)
     proj.index.save(path)
     side = {
+        "format": SNAPSHOT_FORMAT,
         "ns": proj.ns,
         "position": proj.position,
         "embedder": ctx.embedder.name,
         "ids": list(proj.ids.items()),
         "keywords": [(s, sorted(k)) for s, k in proj.keywords.items()],
+        "terms": list(proj.lexical.docs.items()),
     }
     tmp = path.with_suffix(".meta.tmp")
     tmp.write_bytes(msgpack.packb(side, use_bin_type=True))
@@ -183,11 +220,14 @@ def _load_snapshot(ctx: WorkerContext, ns: str) -> Projection | None:
     except (IndexCorrupt, ValueError, OSError, msgpack.UnpackException) as exc:
         log.warning("snapshot of ns=%s unusable (%s); rebuilding from Redis", ns, exc)
         return None
-    if side.get("ns") != ns or side.get("embedder") != ctx.embedder.name:
+    expected = (SNAPSHOT_FORMAT, ns, ctx.embedder.name)
+    if (side.get("format"), side.get("ns"), side.get("embedder")) != expected:
         return None
-    proj = Projection(ns, index)
+    proj = Projection(ns, index, _new_lexical(ctx))
     proj.ids = {int(s): nid for s, nid in side["ids"]}
     proj.keywords = {int(s): frozenset(k) for s, k in side["keywords"]}
+    for seq, counts in side.get("terms", []):
+        proj.lexical.add(int(seq), Counter(counts).elements())
     proj.position = side["position"]
     log.info("loaded snapshot ns=%s notes=%d position=%s", ns, len(proj.ids), proj.position)
     return proj

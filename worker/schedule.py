@@ -6,6 +6,11 @@ from worker.settings import WorkerSettings
 
 
 def build_beat_schedule(s: WorkerSettings) -> dict[str, dict[str, object]]:
-    due = {"zq.evict": s.evict_every_s, "zq.snapshot": s.snapshot_every_s}
+    due = {
+        "zq.evict": s.evict_every_s,
+        "zq.snapshot": s.snapshot_every_s,
+        "zq.importance": s.importance_every_s,
+        "zq.consolidate": s.consolidate_every_s,
+    }
     # expire just before the next run is due, so a stalled worker never piles up duplicates
     return {n: {"task": n, "schedule": t, "options": {"expires": 0.9 * t}} for n, t in due.items()}

@@ -18,6 +18,7 @@ from producer.protocol import PACKED_FIELDS, Hit, Reply, SearchJob
 from worker import ranking
 from worker.context import WorkerContext
 from worker.drain import drain_shard
+from worker.lexical import analyze
 from worker.notes import stream_pos
 from worker.projection import catch_up
 
@@ -51,10 +52,13 @@ class NotFresh(Exception):
 class _Cand:
     id: str
     ns: str
-    similarity: float
     hop: int
     fields: dict[str, Any]
     links: dict[str, float]
+    vec: npt.NDArray[np.float32] | None = None
+    similarity: float = 0.0  #: cosine with the query
+    lexical: float = 0.0  #: BM25 score
+    relevance: float = 0.0  #: fused channels plus graph spread
     parts: ranking.Parts | None = None
 
 
@@ -105,38 +109,84 @@ def _wait_shard(ctx: WorkerContext, shard: int, target: tuple[int, int], deadlin
 
 def search(ctx: WorkerContext, job: SearchJob) -> list[Hit]:
     qvec = ctx.embedder.embed([job.query])
+    terms = analyze(job.query)
     now = time.time()
     cands: list[_Cand] = []
     for ns in job.namespaces:
-        cands += _search_ns(ctx, ns, qvec, job, now)
-    ranked = sorted(cands, key=lambda c: -_parts(c).score)[: job.k]
+        cands += _search_ns(ctx, ns, qvec, terms, job)
+    half_life_s = ctx.settings.recency_half_life_days * 86_400
+    for c in cands:
+        _score(c, now, half_life_s, ctx.settings.boost_scale)
+    ranked = sorted(cands, key=lambda c: (-_parts(c).score, c.ns, c.id))
+    if job.diversity > 0:
+        ranked = _diversify(ranked, job.k, job.diversity)
+    ranked = ranked[: job.k]
     _touch(ctx, ranked, now)
     return [_hit(c) for c in ranked]
 
 
 def _search_ns(
-    ctx: WorkerContext, ns: str, qvec: npt.NDArray[np.float32], job: SearchJob, now: float
+    ctx: WorkerContext,
+    ns: str,
+    qvec: npt.NDArray[np.float32],
+    terms: list[str],
+    job: SearchJob,
 ) -> list[_Cand]:
+    """Dense and lexical candidates fused, then graph expansion; unscored."""
+    s = ctx.settings
+    weights = {
+        "dense": s.dense_weight_for,
+        "lexical": s.lexical_weight,
+        "graph": s.graph_weight,
+        "feedback": s.feedback_weight,
+    }
+    weights.update(job.weights)
+    n = max(s.search_candidates, job.k)
+    channels = _first_stage(ctx, ns, qvec, terms, n, weights)
+    if s.fusion == "rrf":
+        relevance = ranking.fuse({k: list(v) for k, v in channels.items()}, weights, s.rrf_k)
+    else:
+        relevance = ranking.fuse_scores(channels, weights)
+    filters = {**job.filters, "as_of": job.as_of} if job.as_of is not None else job.filters
+    pool = {c.id: c for c in _fetch(ctx, ns, list(relevance), 0, qvec) if _passes(c, filters)}
+    for c in pool.values():
+        c.relevance = relevance[c.id]
+        c.lexical = channels["lexical"].get(c.id, 0.0)
+    for hop in range(1, job.hops + 1):
+        _expand(ctx, ns, qvec, pool, hop, filters, weights["graph"])
+    return list(pool.values())
+
+
+def _first_stage(
+    ctx: WorkerContext,
+    ns: str,
+    qvec: npt.NDArray[np.float32],
+    terms: list[str],
+    n: int,
+    weights: dict[str, float],
+) -> dict[str, dict[str, float]]:
+    """Each channel's candidates, best first, with their scores (cosine, BM25)."""
     proj = ctx.projection(ns)
     with proj.lock:
         catch_up(ctx, proj)
-        n = min(max(ctx.settings.search_candidates, job.k), len(proj.index))
-        if n == 0:
-            return []
-        scores, seqs = proj.index.search(qvec, n)
-        sims = {
-            proj.ids[int(q)]: float(s)
-            for s, q in zip(scores[0], seqs[0], strict=True)
-            if q >= 0 and int(q) in proj.ids
-        }
-    found = _fetch(ctx, ns, sims, hop=0, with_vec=False)
-    pool = {c.id: c for c in found if _passes(c, job.filters)}
-    half_life_s = ctx.settings.recency_half_life_days * 86_400
-    for c in pool.values():
-        _score(c, now, half_life_s)
-    for hop in range(1, job.hops + 1):
-        _expand(ctx, ns, qvec, pool, hop, job, now, half_life_s)
-    return list(pool.values())
+        size = len(proj.index)
+        dense: dict[str, float] = {}
+        if size and weights["dense"] > 0:
+            scores, seqs = proj.index.search(qvec, min(n, size))
+            dense = {
+                proj.ids[int(q)]: float(v)
+                for v, q in zip(scores[0], seqs[0], strict=True)
+                if q >= 0 and int(q) in proj.ids
+            }
+        hits: list[tuple[int, float]] = []
+        if weights["lexical"] > 0:
+            s = ctx.settings
+            query = proj.lexical.expand(
+                terms, s.feedback_docs, s.feedback_terms, weights["feedback"]
+            )
+            hits = proj.lexical.search_weighted(query, n)
+        lexical = {proj.ids[seq]: score for seq, score in hits if seq in proj.ids}
+    return {"dense": dense, "lexical": lexical}
 
 
 def _expand(
@@ -145,47 +195,41 @@ def _expand(
     qvec: npt.NDArray[np.float32],
     pool: dict[str, _Cand],
     hop: int,
-    job: SearchJob,
-    now: float,
-    half_life_s: float,
+    filters: dict[str, Any],
+    graph_weight: float,
 ) -> None:
-    """Follow the links of the best notes found so far and add the neighbours they reach."""
-    seeds = sorted(pool.values(), key=lambda c: -_parts(c).score)[:EXPAND_SEEDS]
-    reached = {nb for c in seeds if c.hop == hop - 1 for nb in c.links if nb not in pool}
-    if not reached:
-        return
-    for c in _fetch(ctx, ns, dict.fromkeys(reached, 0.0), hop=hop, with_vec=True, qvec=qvec):
-        if _passes(c, job.filters):
-            _score(c, now, half_life_s)
+    """Spread relevance from the best notes along their links; fetch neighbours not yet seen."""
+    seeds = sorted((c for c in pool.values() if c.hop == hop - 1), key=lambda c: -c.relevance)
+    top = {c.id: c.relevance for c in seeds[:EXPAND_SEEDS]}
+    flow = ranking.spread(top, {nid: pool[nid].links for nid in top}, graph_weight)
+    new = [nid for nid in flow if nid not in pool]
+    for c in _fetch(ctx, ns, new, hop, qvec):
+        if _passes(c, filters):
             pool[c.id] = c
+    for nid, extra in flow.items():
+        if nid in pool:
+            pool[nid].relevance += extra
 
 
 def _fetch(
-    ctx: WorkerContext,
-    ns: str,
-    sims: dict[str, float],
-    *,
-    hop: int,
-    with_vec: bool,
-    qvec: npt.NDArray[np.float32] | None = None,
+    ctx: WorkerContext, ns: str, ids: list[str], hop: int, qvec: npt.NDArray[np.float32]
 ) -> list[_Cand]:
-    """Read candidates' fields and links in one round trip; active notes only."""
-    names = [*HIT_FIELDS, "vec"] if with_vec else list(HIT_FIELDS)
+    """Read candidates' fields, vectors and links in one round trip; active notes only."""
+    names = [*HIT_FIELDS, "vec"]
     pipe = ctx.redis.pipeline(transaction=False)
-    for nid in sims:
+    for nid in ids:
         pipe.hmget(ctx.keys.note(ns, nid), names)
         pipe.zrange(ctx.keys.links(ns, nid), 0, -1, withscores=True)
     replies = pipe.execute()
     out: list[_Cand] = []
-    for i, nid in enumerate(sims):
+    for i, nid in enumerate(ids):
         raw, links = replies[2 * i], replies[2 * i + 1]
-        if raw[names.index("status")] != b"active":
+        if raw[names.index("status")] != b"active" or raw[-1] is None:
             continue
+        vec = np.frombuffer(raw[-1], dtype=np.float32)
+        links_of = {m.decode(): float(w) for m, w in links}
         fields = _decode(names, raw)
-        sim = sims[nid]
-        if with_vec and qvec is not None and raw[-1] is not None:
-            sim = float(np.frombuffer(raw[-1], dtype=np.float32) @ qvec[0])
-        out.append(_Cand(nid, ns, sim, hop, fields, {m.decode(): float(w) for m, w in links}))
+        out.append(_Cand(nid, ns, hop, fields, links_of, vec, float(vec @ qvec[0])))
     return out
 
 
@@ -198,17 +242,17 @@ def _decode(names: list[str], raw: list[bytes | None]) -> dict[str, Any]:
     return out
 
 
-def _score(c: _Cand, now: float, half_life_s: float) -> None:
+def _score(c: _Cand, now: float, half_life_s: float, boost_scale: float) -> None:
     f = c.fields
     c.parts = ranking.score_parts(
-        c.similarity,
+        c.relevance,
         float(f.get("importance", 0.5)),
         float(f.get("last_access", 0.0)),
         float(f.get("created_at", 0.0)),
         c.links,
         now=now,
         half_life_s=half_life_s,
-        hop=c.hop,
+        boost_scale=boost_scale,
     )
 
 
@@ -232,8 +276,28 @@ def _passes(c: _Cand, filters: dict[str, Any]) -> bool:
         return False
     if "until" in filters and when > filters["until"]:
         return False
+    as_of = filters.get("as_of")
+    if as_of is not None and not _valid_at(f, as_of):
+        return False
     meta = f.get("metadata", {})
     return all(meta.get(k) == v for k, v in filters.get("metadata", {}).items())
+
+
+def _diversify(ranked: list[_Cand], k: int, diversity: float) -> list[_Cand]:
+    """Maximal marginal relevance over the ranked candidates (vectors from the notes)."""
+    scores = [_parts(c).score for c in ranked]
+    vecs = np.vstack([c.vec for c in ranked if c.vec is not None]) if ranked else None
+    if vecs is None or len(vecs) != len(ranked):
+        return ranked
+    order = ranking.mmr(np.asarray(scores, dtype=np.float32), vecs, k, 1.0 - diversity)
+    return [ranked[i] for i in order]
+
+
+def _valid_at(fields: dict[str, Any], as_of: float) -> bool:
+    """Recorded by ``as_of`` and not yet superseded then."""
+    valid_to = fields.get("valid_to")
+    recorded = float(fields.get("created_at", 0.0)) <= as_of
+    return recorded and (valid_to is None or float(valid_to) > as_of)
 
 
 def _touch(ctx: WorkerContext, ranked: list[_Cand], now: float) -> None:
@@ -255,7 +319,9 @@ def _hit(c: _Cand) -> Hit:
         namespace=c.ns,
         content=f.get("content", ""),
         score=round(p.score, 6),
-        similarity=round(p.similarity, 6),
+        relevance=round(p.relevance, 6),
+        similarity=round(c.similarity, 6),
+        lexical=round(c.lexical, 6),
         importance=p.importance,
         recency=round(p.recency, 6),
         connection_boost=round(p.connection_boost, 6),

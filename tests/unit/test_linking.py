@@ -4,7 +4,16 @@ import numpy as np
 import numpy.typing as npt
 import pytest
 
-from worker.linking import STRONG_MARGIN, Candidate, Link, batch_candidates, dedupe_links, judge
+from worker.linking import (
+    STRONG_MARGIN,
+    Candidate,
+    Link,
+    Step,
+    batch_candidates,
+    dedupe_links,
+    judge,
+    sequence_links,
+)
 
 THRESHOLD = 0.3
 KW = frozenset({"orders", "shipping"})
@@ -124,7 +133,7 @@ def test_batch_candidates_of_tiny_batches_or_k_zero_is_empty(n: int, k: int) -> 
     assert out == [[] for _ in range(n)]
 
 
-def test_dedupe_links_keeps_one_link_per_unordered_pair_the_strongest() -> None:
+def test_dedupe_links_keeps_one_link_per_pair_the_strongest_weight_with_every_reason() -> None:
     links = [
         Link("a", "b", 0.4, "r1"),
         Link("b", "a", 0.6, "r2"),
@@ -135,16 +144,52 @@ def test_dedupe_links_keeps_one_link_per_unordered_pair_the_strongest() -> None:
     out = dedupe_links(links)
 
     assert sorted(out, key=lambda link: link.reason) == [
-        Link("b", "a", 0.6, "r2"),
+        Link("b", "a", 0.6, "r2; r1; r4"),
         Link("a", "c", 0.5, "r3"),
     ]
 
 
-def test_dedupe_links_keeps_the_first_of_equal_weights() -> None:
+def test_dedupe_links_keeps_the_first_of_equal_weights_and_both_reasons() -> None:
     out = dedupe_links([Link("a", "b", 0.5, "first"), Link("b", "a", 0.5, "second")])
 
-    assert out == [Link("a", "b", 0.5, "first")]
+    assert out == [Link("a", "b", 0.5, "first; second")]
 
 
 def test_dedupe_links_of_nothing_is_nothing() -> None:
     assert dedupe_links([]) == []
+
+
+def test_judge_ignores_shared_keywords_that_are_too_common() -> None:
+    rarity = {"caroline": 0.7, "sweden": 4.0}.get
+    common = [cand("c1", 0.3, "caroline")]
+    rare = [cand("c2", 0.3, "sweden")]
+
+    def weigh(kw: str) -> float:
+        return rarity(kw) or 0.0
+
+    assert judge("new", frozenset({"caroline"}), common, THRESHOLD, 8, weigh, 2.0) == []
+    (link,) = judge("new", frozenset({"sweden"}), rare, THRESHOLD, 8, weigh, 2.0)
+    assert link.reason.endswith("shared sweden")
+
+
+def step(note_id: str, event_time: float | None = None, agent: str | None = "a", at: float = 0.0):
+    return Step(note_id, event_time, agent, at)
+
+
+def test_sequence_links_consecutive_notes_of_one_episode() -> None:
+    steps = [step("n1", 1.0), step("n2", 1.0), step("n3", 2.0), step("n4", 2.0)]
+    links = sequence_links(step("n0", 1.0), steps, window_s=60, weight=0.8)
+    assert [(lk.a, lk.b) for lk in links] == [("n1", "n0"), ("n2", "n1"), ("n4", "n3")]
+    assert all(lk.weight == 0.8 and lk.reason == "sequence" for lk in links)
+    assert sequence_links(None, steps, 60, weight=0.0) == []
+
+
+def test_without_event_time_an_episode_is_one_agent_within_the_window() -> None:
+    steps = [
+        step("n1", at=0),
+        step("n2", at=30),
+        step("n3", agent="b", at=31),
+        step("n4", agent="b", at=500),
+    ]
+    links = sequence_links(None, steps, window_s=60, weight=1.0)
+    assert [(lk.a, lk.b) for lk in links] == [("n2", "n1")]

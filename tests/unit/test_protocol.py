@@ -34,6 +34,7 @@ def a_hit(note_id: str = "n1", score: float = 0.5) -> Hit:
         namespace="ns",
         content=f"content of {note_id}",
         score=score,
+        relevance=0.9,
         similarity=0.8,
         importance=0.5,
         recency=0.9,

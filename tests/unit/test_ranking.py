@@ -6,12 +6,13 @@ import pytest
 
 from worker.ranking import (
     BOOST_SCALE,
-    HOP_DECAY,
     MAX_BOOST,
     Parts,
     connection_boost,
+    fuse,
     recency,
     score_parts,
+    spread,
 )
 
 DAY = 86_400.0
@@ -62,7 +63,7 @@ def test_connection_boost_is_capped() -> None:
 
 
 def test_the_score_is_the_documented_product() -> None:
-    parts = Parts(similarity=0.8, importance=0.6, recency=0.5, connection_boost=1.2)
+    parts = Parts(relevance=0.8, importance=0.6, recency=0.5, connection_boost=1.2)
 
     assert parts.score == pytest.approx(0.8 * (0.5 + 0.6) * (0.7 + 0.3 * 0.5) * 1.2)
 
@@ -71,16 +72,16 @@ def test_importance_zero_never_zeroes_a_score() -> None:
     assert Parts(0.5, 0.0, 0.0, 1.0).score == pytest.approx(0.5 * 0.5 * 0.7)
 
 
-@pytest.mark.parametrize("similarity", [-0.3, -1.0, 0.0])
-def test_a_negative_or_zero_similarity_scores_zero(similarity: float) -> None:
-    assert Parts(similarity, 1.0, 1.0, MAX_BOOST).score == 0.0
+@pytest.mark.parametrize("relevance", [-0.3, -1.0, 0.0])
+def test_a_negative_or_zero_relevance_scores_zero(relevance: float) -> None:
+    assert Parts(relevance, 1.0, 1.0, MAX_BOOST).score == 0.0
 
 
 def test_score_parts_fills_every_part() -> None:
     parts = score_parts(0.7, 0.4, 0.0, NOW - DAY, {"a": 1.0}, now=NOW, half_life_s=DAY)
 
     assert parts == Parts(
-        similarity=0.7,
+        relevance=0.7,
         importance=0.4,
         recency=pytest.approx(0.5),
         connection_boost=pytest.approx(1 + BOOST_SCALE * math.log1p(1.0)),
@@ -94,10 +95,17 @@ def test_score_parts_clamps_importance_to_zero_one(importance: float, clamped: f
     assert parts.importance == clamped
 
 
-@pytest.mark.parametrize("hop", [1, 2, 3])
-def test_a_note_reached_over_links_has_its_similarity_decayed(hop: int) -> None:
-    direct = score_parts(0.8, 0.5, 0.0, NOW, {}, now=NOW, half_life_s=DAY)
-    reached = score_parts(0.8, 0.5, 0.0, NOW, {}, now=NOW, half_life_s=DAY, hop=hop)
+def test_fuse_puts_first_everywhere_at_one_and_weights_channels() -> None:
+    fused = fuse({"dense": ["a", "b"], "lexical": ["a", "c"]}, {"dense": 1, "lexical": 1}, 60)
+    assert fused["a"] == pytest.approx(1.0)
+    assert fused["b"] == pytest.approx(fused["c"]) and fused["b"] < fused["a"]
+    lexical_only = fuse({"dense": ["b"], "lexical": ["c"]}, {"dense": 0, "lexical": 1}, 60)
+    assert lexical_only == {"c": pytest.approx(1.0)}
+    assert fuse({"dense": ["a"]}, {"dense": 0}, 60) == {}
 
-    assert reached.similarity == pytest.approx(0.8 * HOP_DECAY)
-    assert reached.score == pytest.approx(direct.score * HOP_DECAY)
+
+def test_spread_flows_relevance_along_weighted_links() -> None:
+    links = {"a": {"b": 0.5, "c": 1.0}, "d": {"b": 0.5}}
+    flow = spread({"a": 1.0, "d": 0.4}, links, graph_weight=0.5)
+    assert flow == {"b": pytest.approx(0.25), "c": pytest.approx(0.5)}
+    assert spread({"a": 1.0}, links, graph_weight=0.0) == {}

@@ -1,0 +1,80 @@
+"""BM25 index: analysis, ranking on a small hand-made corpus, incremental updates, feedback."""
+
+from __future__ import annotations
+
+import pytest
+
+from worker.lexical import LexicalIndex, analyze
+
+CORPUS = {
+    1: "Melanie signed up for a pottery class yesterday",
+    2: "Caroline is researching adoption agencies for her family",
+    3: "We went camping at the beach with the kids",
+    4: "The pottery she made was a bowl with a sunflower",
+    5: "Caroline moved from Sweden four years ago",
+}
+
+
+def build() -> LexicalIndex:
+    index = LexicalIndex()
+    for seq, text in CORPUS.items():
+        index.add(seq, analyze(text))
+    return index
+
+
+def test_analyze_lowercases_drops_stop_words_and_stems():
+    assert analyze("The Painted paintings, and PAINTING!") == ["paint", "paint", "paint"]
+    assert analyze("Caroline's adoption agencies") == ["carolin", "adopt", "agenc"]
+
+
+def test_bm25_ranks_the_note_with_the_rare_query_terms_first():
+    index = build()
+    ranked = [seq for seq, _ in index.search(analyze("Where did Caroline move from?"), 5)]
+    assert ranked[0] == 5
+    assert set(ranked) == {2, 5}  # only notes sharing a term are returned
+    assert index.search(analyze("unrelated zebra"), 5) == []
+
+
+def test_stemming_matches_inflections():
+    index = build()
+    assert index.search(analyze("camp"), 1)[0][0] == 3
+    assert index.search(analyze("adopting"), 1)[0][0] == 2
+
+
+def test_rarer_terms_weigh_more():
+    index = build()
+    assert index.idf(analyze("sweden")[0]) > index.idf(analyze("caroline")[0])
+
+
+def test_add_replaces_and_remove_forgets():
+    index = build()
+    index.add(3, analyze("a quiet weekend at home"))
+    assert index.search(analyze("camping"), 5) == []
+    index.remove(5)
+    index.remove(99)  # unknown seqs are ignored
+    assert len(index) == 4
+    assert [s for s, _ in index.search(analyze("Sweden Caroline"), 5)] == [2]
+    assert index.total_len == sum(index.lengths.values())
+
+
+def test_feedback_adds_terms_of_the_top_notes_but_keeps_the_query():
+    index = build()
+    query = index.expand(analyze("pottery class"), feedback_docs=1, feedback_terms=3, weight=0.5)
+    assert query[analyze("pottery")[0]] == 1.0
+    expansion = {t: w for t, w in query.items() if w < 1.0}
+    assert expansion and max(expansion.values()) == pytest.approx(0.5)
+    assert set(expansion) <= {t for seq in (1, 4) for t in index.docs[seq]}
+    assert index.expand(analyze("pottery"), 5, 5, weight=0.0) == {analyze("pottery")[0]: 1.0}
+
+
+def test_stemming_is_safe_from_many_threads():
+    from concurrent.futures import ThreadPoolExecutor
+
+    from worker.lexical import stem
+
+    words = [f"running{i}ness" for i in range(5_000)]
+    expected = [stem(w) for w in words[:10]]
+    stem.cache_clear()
+    with ThreadPoolExecutor(8) as pool:
+        out = list(pool.map(stem, words))
+    assert out[:10] == expected

@@ -1,0 +1,123 @@
+"""BM25 over a namespace's notes, maintained incrementally in the worker's projection.
+
+Terms are lowercased words minus stop words, Snowball-stemmed ("painting" and "painted" both
+become "paint"). The index is rebuilt from Redis content like the FAISS index, and saved in
+snapshots as each note's term counts.
+"""
+
+from __future__ import annotations
+
+import heapq
+import math
+import threading
+from collections import Counter
+from collections.abc import Iterable
+from functools import lru_cache
+
+import snowballstemmer
+
+from worker.keywords import STOPWORDS, tokenize
+
+K1 = 1.2  #: BM25 term-frequency saturation
+B = 0.3  #: BM25 length normalisation (low: memories are short, longer ones carry more)
+
+_LOCAL = threading.local()  #: a Snowball stemmer keeps state while it works: one per thread
+
+
+@lru_cache(maxsize=1 << 17)
+def stem(word: str) -> str:
+    stemmer = getattr(_LOCAL, "stemmer", None)
+    if stemmer is None:
+        stemmer = _LOCAL.stemmer = snowballstemmer.stemmer("english")
+    return str(stemmer.stemWord(word))
+
+
+def analyze(text: str) -> list[str]:
+    """The index terms of ``text``, in order, repeats kept."""
+    return [stem(w) for w in tokenize(text) if w not in STOPWORDS and len(w) > 1]
+
+
+class LexicalIndex:
+    """Postings (term -> seq -> tf) with document lengths; add/remove by seq."""
+
+    def __init__(self, k1: float = K1, b: float = B) -> None:
+        self.k1 = k1
+        self.b = b
+        self.postings: dict[str, dict[int, int]] = {}
+        self.docs: dict[int, dict[str, int]] = {}
+        self.lengths: dict[int, int] = {}
+        self.total_len = 0
+
+    def __len__(self) -> int:
+        return len(self.docs)
+
+    def add(self, seq: int, terms: Iterable[str]) -> None:
+        """Index a note's terms (replacing what the seq had)."""
+        self.remove(seq)
+        counts = dict(Counter(terms))
+        self.docs[seq] = counts
+        self.lengths[seq] = sum(counts.values())
+        self.total_len += self.lengths[seq]
+        for term, tf in counts.items():
+            self.postings.setdefault(term, {})[seq] = tf
+
+    def remove(self, seq: int) -> None:
+        counts = self.docs.pop(seq, None)
+        if counts is None:
+            return
+        self.total_len -= self.lengths.pop(seq)
+        for term in counts:
+            posting = self.postings[term]
+            del posting[seq]
+            if not posting:
+                del self.postings[term]
+
+    def idf(self, term: str, pseudo_docs: int = 0) -> float:
+        """BM25 IDF; ``pseudo_docs`` adds notes that lack the term (for rarity in small sets).
+        A term no note has is as rare as one in a single note."""
+        df = len(self.postings.get(term, ())) or (1 if pseudo_docs else 0)
+        n = len(self.docs) + pseudo_docs
+        return math.log(1 + (n - df + 0.5) / (df + 0.5)) if df else 0.0
+
+    def search(self, terms: Iterable[str], k: int) -> list[tuple[int, float]]:
+        """The k best seqs by BM25 for the query terms, best first."""
+        return self.search_weighted(dict.fromkeys(terms, 1.0), k)
+
+    def search_weighted(self, query: dict[str, float], k: int) -> list[tuple[int, float]]:
+        """BM25 where each query term counts with its weight."""
+        if not self.docs:
+            return []
+        avgdl = max(self.total_len / len(self.docs), 1.0)
+        lengths, k1, b = self.lengths, self.k1, self.b
+        scores: dict[int, float] = {}
+        for term, weight in query.items():
+            posting = self.postings.get(term)
+            if not posting:
+                continue
+            idf = self.idf(term) * weight
+            for seq, tf in posting.items():
+                norm = tf + k1 * (1 - b + b * lengths[seq] / avgdl)
+                scores[seq] = scores.get(seq, 0.0) + idf * tf * (k1 + 1) / norm
+        return heapq.nlargest(k, scores.items(), key=lambda item: (item[1], -item[0]))
+
+    def expand(
+        self, terms: list[str], feedback_docs: int, feedback_terms: int, weight: float
+    ) -> dict[str, float]:
+        """Pseudo-relevance feedback (RM3-style): the query plus the terms that weigh most in
+        its first-pass top documents, weighted by their share, times ``weight``."""
+        query = dict.fromkeys(terms, 1.0)
+        if feedback_docs <= 0 or feedback_terms <= 0 or weight <= 0:
+            return query
+        top = self.search_weighted(query, feedback_docs)
+        total = sum(score for _, score in top) or 1.0
+        mass: dict[str, float] = {}
+        for seq, score in top:
+            length = self.lengths[seq] or 1
+            for term, tf in self.docs[seq].items():
+                if term not in query:
+                    mass[term] = mass.get(term, 0.0) + (score / total) * tf / length
+        best = heapq.nlargest(feedback_terms, mass.items(), key=lambda item: item[1])
+        peak = best[0][1] if best else 1.0
+        for term, value in best:
+            query[term] = weight * value / peak
+        return query
