@@ -1,21 +1,21 @@
-"""Answer a SearchJob: wait for freshness, embed the query, FAISS candidates, 1-hop link
-expansion, composite ranking, access counts; render context text when asked."""
+"""Answer a SearchJob: wait for freshness, fuse the lexical and dense channels, spread along
+links, rank with the composite score, reinforce what is returned; render context text."""
 
 from __future__ import annotations
 
 import html
 import logging
 import time
-from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
 
-import msgpack
 import numpy as np
 import numpy.typing as npt
 
-from producer.protocol import PACKED_FIELDS, Hit, Reply, SearchJob
+from producer.protocol import Hit, Reply, SearchJob
+from worker import candidates as cands_
 from worker import ranking
+from worker.candidates import Cand
 from worker.context import WorkerContext
 from worker.drain import drain_shard
 from worker.lexical import analyze
@@ -24,42 +24,16 @@ from worker.projection import catch_up
 
 log = logging.getLogger(__name__)
 
-#: Note fields a search reads.
-HIT_FIELDS = (
-    "content",
-    "kind",
-    "keywords",
-    "tags",
-    "metadata",
-    "agent",
-    "created_at",
-    "event_time",
-    "valid_to",
-    "importance",
-    "access_count",
-    "last_access",
-    "status",
-)
-EXPAND_SEEDS = 10  #: how many top hits have their links followed per hop
+EXPAND_SEEDS = 10  #: how many top notes have their links followed per hop
+MMR_POOL = 3  #: diversity re-ranks the best k x this many candidates
+#: A neighbour reached over a link is fetched only when its flow is at least this share of the
+#: k-th best relevance so far (the composite factors cannot lift it further than that).
+PRUNE_SHARE = 0.5
 CHARS_PER_TOKEN = 4  #: rough token estimate for context()
 
 
 class NotFresh(Exception):
     """The namespace was not organised up to the search before its deadline."""
-
-
-@dataclass
-class _Cand:
-    id: str
-    ns: str
-    hop: int
-    fields: dict[str, Any]
-    links: dict[str, float]
-    vec: npt.NDArray[np.float32] | None = None
-    similarity: float = 0.0  #: cosine with the query
-    lexical: float = 0.0  #: BM25 score
-    relevance: float = 0.0  #: fused channels plus graph spread
-    parts: ranking.Parts | None = None
 
 
 def handle(ctx: WorkerContext, job: SearchJob) -> Reply | None:
@@ -108,21 +82,31 @@ def _wait_shard(ctx: WorkerContext, shard: int, target: tuple[int, int], deadlin
 
 
 def search(ctx: WorkerContext, job: SearchJob) -> list[Hit]:
+    s = ctx.settings
     qvec = ctx.embedder.embed([job.query])
     terms = analyze(job.query)
     now = time.time()
-    cands: list[_Cand] = []
+    filters = {**job.filters, "as_of": job.as_of} if job.as_of is not None else job.filters
+    pool: list[Cand] = []
     for ns in job.namespaces:
-        cands += _search_ns(ctx, ns, qvec, terms, job)
-    half_life_s = ctx.settings.recency_half_life_days * 86_400
-    for c in cands:
-        _score(c, now, half_life_s, ctx.settings.boost_scale)
-    ranked = sorted(cands, key=lambda c: (-_parts(c).score, c.ns, c.id))
+        pool += _search_ns(ctx, ns, qvec, terms, job, filters)
+    if s.boost_scale > 0:
+        cands_.load_links(ctx, pool)
+    half_life_s = s.recency_half_life_days * 86_400
+    for c in pool:
+        cands_.score(c, now, half_life_s, s.boost_scale)
+    ranked = sorted(pool, key=lambda c: (-c.score, c.ns, c.id))
     if job.diversity > 0:
+        ranked = ranked[: job.k * MMR_POOL]
+        cands_.load_hit_fields(ctx, ranked, qvec, ctx.embedder.name)
         ranked = _diversify(ranked, job.k, job.diversity)
-    ranked = ranked[: job.k]
-    _touch(ctx, ranked, now)
-    return [_hit(c) for c in ranked]
+    top = ranked[: job.k]
+    cands_.load_hit_fields(
+        ctx, [c for c in top if "content" not in c.fields], qvec, ctx.embedder.name
+    )
+    cands_.load_links(ctx, top)
+    _touch(ctx, top, now)
+    return [cands_.to_hit(c) for c in top]
 
 
 def _search_ns(
@@ -131,7 +115,8 @@ def _search_ns(
     qvec: npt.NDArray[np.float32],
     terms: list[str],
     job: SearchJob,
-) -> list[_Cand]:
+    filters: dict[str, Any],
+) -> list[Cand]:
     """Dense and lexical candidates fused, then graph expansion; unscored."""
     s = ctx.settings
     weights = {
@@ -141,19 +126,19 @@ def _search_ns(
         "feedback": s.feedback_weight,
     }
     weights.update(job.weights)
-    n = max(s.search_candidates, job.k)
-    channels = _first_stage(ctx, ns, qvec, terms, n, weights)
+    channels = _first_stage(ctx, ns, qvec, terms, max(s.search_candidates, job.k), weights)
     if s.fusion == "rrf":
         relevance = ranking.fuse({k: list(v) for k, v in channels.items()}, weights, s.rrf_k)
     else:
         relevance = ranking.fuse_scores(channels, weights)
-    filters = {**job.filters, "as_of": job.as_of} if job.as_of is not None else job.filters
-    pool = {c.id: c for c in _fetch(ctx, ns, list(relevance), 0, qvec) if _passes(c, filters)}
+    meta = "metadata" in filters
+    pool = {c.id: c for c in cands_.fetch(ctx, ns, relevance, 0, meta) if cands_.passes(c, filters)}
     for c in pool.values():
         c.relevance = relevance[c.id]
         c.lexical = channels["lexical"].get(c.id, 0.0)
+        c.similarity = channels["dense"].get(c.id, 0.0)
     for hop in range(1, job.hops + 1):
-        _expand(ctx, ns, qvec, pool, hop, filters, weights["graph"])
+        _expand(ctx, ns, pool, hop, filters, weights["graph"], job.k)
     return list(pool.values())
 
 
@@ -192,115 +177,42 @@ def _first_stage(
 def _expand(
     ctx: WorkerContext,
     ns: str,
-    qvec: npt.NDArray[np.float32],
-    pool: dict[str, _Cand],
+    pool: dict[str, Cand],
     hop: int,
     filters: dict[str, Any],
     graph_weight: float,
+    k: int,
 ) -> None:
-    """Spread relevance from the best notes along their links; fetch neighbours not yet seen."""
+    """Spread relevance from the best notes along their links; fetch the neighbours not yet
+    seen whose flow could carry them near the top k (others cannot make the cut)."""
+    if graph_weight <= 0:
+        return
     seeds = sorted((c for c in pool.values() if c.hop == hop - 1), key=lambda c: -c.relevance)
-    top = {c.id: c.relevance for c in seeds[:EXPAND_SEEDS]}
-    flow = ranking.spread(top, {nid: pool[nid].links for nid in top}, graph_weight)
-    new = [nid for nid in flow if nid not in pool]
-    for c in _fetch(ctx, ns, new, hop, qvec):
-        if _passes(c, filters):
+    seeds = seeds[:EXPAND_SEEDS]
+    cands_.load_links(ctx, seeds)
+    links = {c.id: c.links or {} for c in seeds}
+    flow = ranking.spread({c.id: c.relevance for c in seeds}, links, graph_weight)
+    ranked = sorted((c.relevance for c in pool.values()), reverse=True)
+    bar = PRUNE_SHARE * ranked[k - 1] if len(ranked) >= k else 0.0
+    new = [nid for nid, value in flow.items() if nid not in pool and value >= bar]
+    for c in cands_.fetch(ctx, ns, new, hop, "metadata" in filters):
+        if cands_.passes(c, filters):
             pool[c.id] = c
     for nid, extra in flow.items():
         if nid in pool:
             pool[nid].relevance += extra
 
 
-def _fetch(
-    ctx: WorkerContext, ns: str, ids: list[str], hop: int, qvec: npt.NDArray[np.float32]
-) -> list[_Cand]:
-    """Read candidates' fields, vectors and links in one round trip; active notes only."""
-    names = [*HIT_FIELDS, "vec"]
-    pipe = ctx.redis.pipeline(transaction=False)
-    for nid in ids:
-        pipe.hmget(ctx.keys.note(ns, nid), names)
-        pipe.zrange(ctx.keys.links(ns, nid), 0, -1, withscores=True)
-    replies = pipe.execute()
-    out: list[_Cand] = []
-    for i, nid in enumerate(ids):
-        raw, links = replies[2 * i], replies[2 * i + 1]
-        if raw[names.index("status")] != b"active" or raw[-1] is None:
-            continue
-        vec = np.frombuffer(raw[-1], dtype=np.float32)
-        links_of = {m.decode(): float(w) for m, w in links}
-        fields = _decode(names, raw)
-        out.append(_Cand(nid, ns, hop, fields, links_of, vec, float(vec @ qvec[0])))
-    return out
-
-
-def _decode(names: list[str], raw: list[bytes | None]) -> dict[str, Any]:
-    out: dict[str, Any] = {}
-    for name, value in zip(names, raw, strict=True):
-        if value is None or name == "vec":
-            continue
-        out[name] = msgpack.unpackb(value) if name in PACKED_FIELDS else value.decode()
-    return out
-
-
-def _score(c: _Cand, now: float, half_life_s: float, boost_scale: float) -> None:
-    f = c.fields
-    c.parts = ranking.score_parts(
-        c.relevance,
-        float(f.get("importance", 0.5)),
-        float(f.get("last_access", 0.0)),
-        float(f.get("created_at", 0.0)),
-        c.links,
-        now=now,
-        half_life_s=half_life_s,
-        boost_scale=boost_scale,
-    )
-
-
-def _parts(c: _Cand) -> ranking.Parts:
-    assert c.parts is not None
-    return c.parts
-
-
-def _passes(c: _Cand, filters: dict[str, Any]) -> bool:
-    f = c.fields
-    if not filters:
-        return True
-    if "agent" in filters and f.get("agent") != filters["agent"]:
-        return False
-    if "kind" in filters and f.get("kind", "note") != filters["kind"]:
-        return False
-    if "tags" in filters and not set(filters["tags"]) <= set(f.get("tags", ())):
-        return False
-    when = f.get("event_time") or float(f.get("created_at", 0.0))
-    if "since" in filters and when < filters["since"]:
-        return False
-    if "until" in filters and when > filters["until"]:
-        return False
-    as_of = filters.get("as_of")
-    if as_of is not None and not _valid_at(f, as_of):
-        return False
-    meta = f.get("metadata", {})
-    return all(meta.get(k) == v for k, v in filters.get("metadata", {}).items())
-
-
-def _diversify(ranked: list[_Cand], k: int, diversity: float) -> list[_Cand]:
-    """Maximal marginal relevance over the ranked candidates (vectors from the notes)."""
-    scores = [_parts(c).score for c in ranked]
-    vecs = np.vstack([c.vec for c in ranked if c.vec is not None]) if ranked else None
-    if vecs is None or len(vecs) != len(ranked):
+def _diversify(ranked: list[Cand], k: int, diversity: float) -> list[Cand]:
+    """Maximal marginal relevance over the best candidates (vectors from the notes)."""
+    vecs = [c.vec for c in ranked if c.vec is not None]
+    if not ranked or len(vecs) != len(ranked):
         return ranked
-    order = ranking.mmr(np.asarray(scores, dtype=np.float32), vecs, k, 1.0 - diversity)
-    return [ranked[i] for i in order]
+    scores = np.asarray([c.score for c in ranked], dtype=np.float32)
+    return [ranked[i] for i in ranking.mmr(scores, np.vstack(vecs), k, 1.0 - diversity)]
 
 
-def _valid_at(fields: dict[str, Any], as_of: float) -> bool:
-    """Recorded by ``as_of`` and not yet superseded then."""
-    valid_to = fields.get("valid_to")
-    recorded = float(fields.get("created_at", 0.0)) <= as_of
-    return recorded and (valid_to is None or float(valid_to) > as_of)
-
-
-def _touch(ctx: WorkerContext, ranked: list[_Cand], now: float) -> None:
+def _touch(ctx: WorkerContext, ranked: list[Cand], now: float) -> None:
     """Reinforce what was returned: access_count + 1 and last_access = now (atomic HINCRBY)."""
     if not ranked:
         return
@@ -310,32 +222,6 @@ def _touch(ctx: WorkerContext, ranked: list[_Cand], now: float) -> None:
         pipe.hincrby(key, "access_count", 1)
         pipe.hset(key, "last_access", now)
     pipe.execute()
-
-
-def _hit(c: _Cand) -> Hit:
-    f, p = c.fields, _parts(c)
-    return Hit(
-        id=c.id,
-        namespace=c.ns,
-        content=f.get("content", ""),
-        score=round(p.score, 6),
-        relevance=round(p.relevance, 6),
-        similarity=round(c.similarity, 6),
-        lexical=round(c.lexical, 6),
-        importance=p.importance,
-        recency=round(p.recency, 6),
-        connection_boost=round(p.connection_boost, 6),
-        hop=c.hop,
-        kind=f.get("kind", "note"),
-        keywords=f.get("keywords", []),
-        tags=f.get("tags", []),
-        links=c.links,
-        metadata=f.get("metadata", {}),
-        agent=f.get("agent"),
-        created_at=float(f.get("created_at", 0.0)),
-        event_time=f.get("event_time"),
-        valid_to=f.get("valid_to"),
-    )
 
 
 CONTEXT_HEADER = (

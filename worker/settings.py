@@ -41,7 +41,9 @@ class WorkerSettings(ProducerSettings):
     embed_retries: int = Field(default=2, ge=0, le=10)
     #: Vectors cached in Redis by (embedder, SHA-256 of the text), so no text is embedded twice
     #: while its entry lives; entries expire this long after they were written (0 = no cache).
-    vector_cache_ttl_s: int = Field(default=7 * 86_400, ge=0)
+    #: Default: off for the hashing embedder (embedding is cheaper than the cache), 7 days for a
+    #: model.
+    vector_cache_ttl_s: int | None = Field(default=None, ge=0)
     #: Dimension of the hashing embedder.
     embed_dim: int = Field(default=256, ge=16, le=4096)
     #: Candidates looked up per new note, cosine a candidate needs to be linked (calibrated for
@@ -123,6 +125,13 @@ class WorkerSettings(ProducerSettings):
         if self.dense_weight is not None:
             return self.dense_weight
         return 0.0 if self.embedder == "hash" else 0.5
+
+    @property
+    def vector_cache_ttl_for(self) -> int:
+        """vector_cache_ttl_s, or its default for the configured embedder."""
+        if self.vector_cache_ttl_s is not None:
+            return self.vector_cache_ttl_s
+        return 0 if self.embedder == "hash" else 7 * 86_400
 
     @property
     def broker(self) -> str:

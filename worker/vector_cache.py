@@ -26,7 +26,7 @@ Vector = npt.NDArray[np.float32]
 def embed_cached(ctx: WorkerContext, texts: Sequence[str]) -> Vector:
     """Embed ``texts`` with ``ctx.embedder``, calling it once for the distinct texts the cache
     lacks (not at all when every text is cached), and caching what it returns."""
-    ttl_s = ctx.settings.vector_cache_ttl_s
+    ttl_s = ctx.settings.vector_cache_ttl_for
     if ttl_s == 0 or not texts:
         return ctx.embedder.embed(texts)
     name = ctx.embedder.name

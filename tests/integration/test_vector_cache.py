@@ -37,7 +37,7 @@ def counting_ctx(tmp_path, **overrides: object) -> WorkerContext:
 
 @pytest.fixture
 def cctx(redis_db, tmp_path) -> Iterator[WorkerContext]:
-    ctx = counting_ctx(tmp_path)
+    ctx = counting_ctx(tmp_path, vector_cache_ttl_s=3600)
     yield ctx
     ctx.close()
 
@@ -114,3 +114,8 @@ def test_a_cached_vector_equals_a_fresh_one_and_a_damaged_entry_is_a_miss(cctx):
     cctx.redis.set(key, b"short")
     assert np.array_equal(embed_cached(cctx, ["second"]), fresh[1:])
     assert embedded(cctx)[-1] == "second"
+
+
+def test_the_cache_defaults_to_off_for_the_hashing_embedder_and_on_for_a_model(tmp_path):
+    assert make_settings(tmp_path).vector_cache_ttl_for == 0
+    assert make_settings(tmp_path, embedder="minilm").vector_cache_ttl_for == 7 * 86_400

@@ -1,0 +1,175 @@
+"""Search candidates and what a search reads about them, in tiers so that a search moves as
+little data as it can: ranking fields for every candidate, links for the notes a hop expands
+and for those that need a connection boost, content and vectors for the hits returned."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from typing import Any
+
+import msgpack
+import numpy as np
+import numpy.typing as npt
+
+from producer.protocol import PACKED_FIELDS, Hit
+from worker import ranking
+from worker.context import WorkerContext
+
+#: Fields every candidate needs to be filtered and ranked (small; no content, no vector).
+RANK_FIELDS = (
+    "status",
+    "importance",
+    "last_access",
+    "created_at",
+    "kind",
+    "agent",
+    "tags",
+    "event_time",
+    "valid_to",
+    "embedder",
+)
+#: Fields only the returned hits need.
+HIT_FIELDS = ("content", "keywords", "metadata", "vec")
+
+
+@dataclass
+class Cand:
+    id: str
+    ns: str
+    hop: int
+    fields: dict[str, Any]
+    links: dict[str, float] | None = None
+    vec: npt.NDArray[np.float32] | None = None
+    similarity: float = 0.0  #: cosine with the query
+    lexical: float = 0.0  #: BM25 score
+    relevance: float = 0.0  #: fused channels plus graph spread
+    parts: ranking.Parts | None = field(default=None, repr=False)
+
+    @property
+    def score(self) -> float:
+        assert self.parts is not None, "scored before use"
+        return self.parts.score
+
+
+def fetch(
+    ctx: WorkerContext, ns: str, ids: Iterable[str], hop: int, with_metadata: bool
+) -> list[Cand]:
+    """Ranking fields of each id in one round trip; active notes only."""
+    ids = list(ids)
+    names = [*RANK_FIELDS, "metadata"] if with_metadata else list(RANK_FIELDS)
+    pipe = ctx.redis.pipeline(transaction=False)
+    for nid in ids:
+        pipe.hmget(ctx.keys.note(ns, nid), names)
+    out = []
+    for nid, raw in zip(ids, pipe.execute(), strict=True):
+        if raw[0] == b"active":
+            out.append(Cand(nid, ns, hop, decode(names, raw)))
+    return out
+
+
+def load_links(ctx: WorkerContext, cands: Iterable[Cand]) -> None:
+    """Fill in the links of the candidates that lack them (one round trip)."""
+    todo = [c for c in cands if c.links is None]
+    if not todo:
+        return
+    pipe = ctx.redis.pipeline(transaction=False)
+    for c in todo:
+        pipe.zrange(ctx.keys.links(c.ns, c.id), 0, -1, withscores=True)
+    for c, row in zip(todo, pipe.execute(), strict=True):
+        c.links = {m.decode(): float(w) for m, w in row}
+
+
+def load_hit_fields(
+    ctx: WorkerContext, cands: list[Cand], qvec: npt.NDArray[np.float32], embedder: str
+) -> None:
+    """Content, keywords, metadata and vector of the candidates; similarity to the query from
+    the stored vector when it comes from the current embedder."""
+    pipe = ctx.redis.pipeline(transaction=False)
+    for c in cands:
+        pipe.hmget(ctx.keys.note(c.ns, c.id), HIT_FIELDS)
+    for c, raw in zip(cands, pipe.execute(), strict=True):
+        c.fields.update(decode(list(HIT_FIELDS[:-1]), raw[:-1]))
+        if raw[-1] is not None and c.fields.get("embedder") == embedder:
+            c.vec = np.frombuffer(raw[-1], dtype=np.float32)
+            c.similarity = float(c.vec @ qvec[0])
+
+
+def decode(names: list[str], raw: list[bytes | None]) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    for name, value in zip(names, raw, strict=True):
+        if value is not None:
+            out[name] = msgpack.unpackb(value) if name in PACKED_FIELDS else value.decode()
+    return out
+
+
+def passes(c: Cand, filters: dict[str, Any]) -> bool:
+    """Whether the candidate meets every filter (agent, kind, tags, since/until, as_of,
+    metadata)."""
+    f = c.fields
+    if not filters:
+        return True
+    if "agent" in filters and f.get("agent") != filters["agent"]:
+        return False
+    if "kind" in filters and f.get("kind", "note") != filters["kind"]:
+        return False
+    if "tags" in filters and not set(filters["tags"]) <= set(f.get("tags", ())):
+        return False
+    when = f.get("event_time") or float(f.get("created_at", 0.0))
+    if "since" in filters and when < filters["since"]:
+        return False
+    if "until" in filters and when > filters["until"]:
+        return False
+    as_of = filters.get("as_of")
+    if as_of is not None and not valid_at(f, as_of):
+        return False
+    meta = f.get("metadata", {})
+    return all(meta.get(k) == v for k, v in filters.get("metadata", {}).items())
+
+
+def valid_at(fields: dict[str, Any], as_of: float) -> bool:
+    """Recorded by ``as_of`` and not yet superseded then."""
+    valid_to = fields.get("valid_to")
+    recorded = float(fields.get("created_at", 0.0)) <= as_of
+    return recorded and (valid_to is None or float(valid_to) > as_of)
+
+
+def score(c: Cand, now: float, half_life_s: float, boost_scale: float) -> None:
+    f = c.fields
+    c.parts = ranking.score_parts(
+        c.relevance,
+        float(f.get("importance", 0.5)),
+        float(f.get("last_access", 0.0)),
+        float(f.get("created_at", 0.0)),
+        c.links or {},
+        now=now,
+        half_life_s=half_life_s,
+        boost_scale=boost_scale,
+    )
+
+
+def to_hit(c: Cand) -> Hit:
+    f, p = c.fields, c.parts
+    assert p is not None
+    return Hit(
+        id=c.id,
+        namespace=c.ns,
+        content=f.get("content", ""),
+        score=round(p.score, 6),
+        relevance=round(p.relevance, 6),
+        similarity=round(c.similarity, 6),
+        lexical=round(c.lexical, 6),
+        importance=p.importance,
+        recency=round(p.recency, 6),
+        connection_boost=round(p.connection_boost, 6),
+        hop=c.hop,
+        kind=f.get("kind", "note"),
+        keywords=f.get("keywords", []),
+        tags=f.get("tags", []),
+        links=c.links or {},
+        metadata=f.get("metadata", {}),
+        agent=f.get("agent"),
+        created_at=float(f.get("created_at", 0.0)),
+        event_time=f.get("event_time"),
+        valid_to=f.get("valid_to"),
+    )
