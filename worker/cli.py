@@ -122,8 +122,10 @@ def _dev(settings: WorkerSettings, args: argparse.Namespace, rest: list[str]) ->
         while all(p.poll() is None for p in procs):
             time.sleep(0.5)
     except KeyboardInterrupt:
-        log.info("stopping")
+        pass
     finally:
+        signal.signal(signal.SIGINT, signal.SIG_IGN)  # a second Ctrl-C must not cut the stop short
+        log.info("stopping worker, beat%s", " and the embedded Redis" if embedded else "")
         stop(procs)
         if embedded is not None:
             embedded.stop()

@@ -9,7 +9,7 @@ from dataclasses import dataclass, field
 
 from redis import Redis
 
-from producer.client import redis_kwargs
+from producer.core import redis_kwargs
 from producer.keys import Keys
 from worker.embedding import Embedder
 from worker.model_embedding import build_embedder

@@ -17,7 +17,7 @@ from redis import Redis
 from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 
-from producer.client import redis_kwargs
+from producer.core import redis_kwargs
 from producer.keys import Keys
 from worker.settings import WorkerSettings
 

@@ -4,15 +4,15 @@ import time
 
 import pytest
 
-from producer.client import STORE_FIELDS, _ClientCore
+from producer.core import STORE_FIELDS, ClientCore
 from producer.errors import InvalidInput, JobFailed, ProtocolError, ReplyTimeout
 from producer.keys import Keys
 from producer.protocol import DeleteJob, Hit, Reply, StoreJob, pack, unpack
 from producer.settings import ProducerSettings
 
 
-def core(**overrides: object) -> _ClientCore:
-    return _ClientCore(ProducerSettings(**overrides))  # type: ignore[arg-type]
+def core(**overrides: object) -> ClientCore:
+    return ClientCore(ProducerSettings(**overrides))  # type: ignore[arg-type]
 
 
 def a_hit(note_id: str) -> Hit:

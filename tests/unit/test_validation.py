@@ -10,7 +10,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from producer import validation as v
-from producer.client import _ClientCore
+from producer.core import ClientCore
 from producer.errors import InvalidInput
 from producer.protocol import SearchJob, StoreJob, new_id, unpack
 from producer.settings import ProducerSettings
@@ -361,7 +361,7 @@ LIMITS: dict[str, Any] = {
     "max_tag_chars": 8,
     "max_k": 50,
 }
-PRODUCER = _ClientCore(ProducerSettings(**LIMITS))
+PRODUCER = ClientCore(ProducerSettings(**LIMITS))
 WORKER_CTX = SimpleNamespace(settings=WorkerSettings(**LIMITS))
 
 texts = st.text(max_size=80) | st.text(st.characters(categories=["Cs"]), min_size=1, max_size=3)
@@ -428,7 +428,7 @@ store_fields = st.fixed_dictionaries(
 
 def test_a_store_without_metadata_passes_the_worker_when_metadata_is_disabled() -> None:
     limits = {**LIMITS, "max_metadata_bytes": 0}
-    _, payload = _ClientCore(ProducerSettings(**limits)).store_payload("hello", "ns")
+    _, payload = ClientCore(ProducerSettings(**limits)).store_payload("hello", "ns")
 
     ctx = SimpleNamespace(settings=WorkerSettings(**limits))
     assert decode_job(ctx, {b"j": payload}).content == "hello"  # type: ignore[arg-type]

@@ -1,0 +1,273 @@
+"""The part of the clients that does no I/O of its own: validation, job building, reply and
+note parsing, the enqueue script, error mapping and the Redis connection options both clients
+(and the workers) use."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterator, Mapping, Sequence
+from contextlib import contextmanager
+from typing import Any
+
+from redis.asyncio.retry import Retry as AsyncRetry
+from redis.backoff import ExponentialWithJitterBackoff
+from redis.exceptions import (
+    AuthenticationError,
+    AuthorizationError,
+    NoPermissionError,
+    ResponseError,
+)
+from redis.exceptions import ConnectionError as RedisConnectionError
+from redis.exceptions import TimeoutError as RedisTimeoutError
+from redis.retry import Retry
+
+from producer import signing
+from producer import validation as v
+from producer.errors import (
+    AccessDenied,
+    Backpressure,
+    InvalidInput,
+    JobFailed,
+    NotFound,
+    ReplyTimeout,
+    Unavailable,
+)
+from producer.keys import Keys
+from producer.protocol import (
+    DeleteJob,
+    Neighbour,
+    Note,
+    Reply,
+    SearchJob,
+    Stats,
+    new_id,
+    note_from_hash,
+    pack,
+    unpack,
+)
+from producer.settings import ProducerSettings
+
+#: Appends jobs to a shard stream unless its backlog is over the bound. KEYS[1] inbox;
+#: ARGV[1] max pending (0 = unbounded); ARGV[2..] packed jobs.
+ENQUEUE_LUA = """
+local bound = tonumber(ARGV[1])
+if bound > 0 and redis.call('XLEN', KEYS[1]) + #ARGV - 1 > bound then
+  return redis.error_reply('BACKPRESSURE shard backlog over ' .. bound)
+end
+for i = 2, #ARGV do
+  redis.call('XADD', KEYS[1], '*', 'j', ARGV[i])
+end
+return #ARGV - 1
+"""
+
+Namespaces = str | Sequence[str]
+
+
+@contextmanager
+def redis_errors() -> Iterator[None]:
+    try:
+        yield
+    except (AuthenticationError, AuthorizationError, NoPermissionError) as exc:
+        raise AccessDenied(
+            f"Redis refused access ({exc}); check the user and password in ZQ_REDIS_URL"
+            " and the user's ACL rules"
+        ) from exc
+    except (RedisConnectionError, RedisTimeoutError) as exc:
+        raise Unavailable(f"Redis unavailable: {exc}") from exc
+    except ResponseError as exc:
+        if str(exc).startswith("NOAUTH"):
+            raise AccessDenied(
+                f"Redis requires a password ({exc}); put it in ZQ_REDIS_URL"
+            ) from exc
+        if str(exc).startswith("BACKPRESSURE"):
+            raise Backpressure(str(exc)) from exc
+        raise
+
+
+class ClientCore:
+    """Pure part of both clients: validates input, builds jobs, parses replies. No I/O."""
+
+    def __init__(self, settings: ProducerSettings) -> None:
+        self.settings = settings
+        self.keys = Keys(settings.key_prefix, settings.shard_count)
+        self.signing_keys = {ns: k.get_secret_value() for ns, k in settings.namespace_keys.items()}
+
+    def signed(self, job: dict[str, Any], namespaces: Sequence[str]) -> dict[str, Any]:
+        """``job`` with its ``sig`` when this producer holds namespace keys (else unchanged)."""
+        if self.signing_keys:
+            job["sig"] = signing.sign(job, namespaces, self.signing_keys)
+        return job
+
+    def namespace(self, namespace: str | None) -> str:
+        return v.check_namespace(namespace or self.settings.default_namespace)
+
+    def store_payload(self, content: object, namespace: str, **fields: Any) -> tuple[str, bytes]:
+        s = self.settings
+        note_id = v.check_id(fields["id"]) if fields.get("id") is not None else new_id()
+        job = {
+            "v": 1,
+            "op": "store",
+            "id": note_id,
+            "ns": namespace,
+            "content": v.check_text(content, "content", s.max_content_bytes),
+            "agent": v.check_agent(fields.get("agent")),
+            "metadata": v.check_metadata(fields.get("metadata"), s.max_metadata_bytes),
+            "tags": v.check_tags(fields.get("tags"), s.max_tags, s.max_tag_chars),
+            "event_time": v.check_time(fields.get("event_time"), "event_time"),
+            "importance": v.check_unit_float(fields.get("importance"), "importance"),
+            "created_at": time.time(),
+        }
+        return note_id, pack(self.signed(job, [namespace]))
+
+    def store_many_payloads(
+        self, items: Sequence[str | Mapping[str, Any]], namespace: str
+    ) -> tuple[list[str], list[bytes]]:
+        if isinstance(items, str) or not isinstance(items, Sequence):
+            raise InvalidInput("items must be a list of str or dict")
+        if not 0 < len(items) <= self.settings.max_batch:
+            raise InvalidInput(f"store_many takes 1 to {self.settings.max_batch} items")
+        ids: list[str] = []
+        payloads: list[bytes] = []
+        for item in items:
+            fields = {"content": item} if isinstance(item, str) else dict(item)
+            unknown = set(fields) - STORE_FIELDS
+            if unknown:
+                raise InvalidInput(f"unknown item fields {sorted(unknown)}")
+            note_id, payload = self.store_payload(fields.pop("content", None), namespace, **fields)
+            ids.append(note_id)
+            payloads.append(payload)
+        if len(set(ids)) != len(ids):
+            raise InvalidInput("store_many items carry the same id twice")
+        return ids, payloads
+
+    def delete_payload(self, note_id: str, namespace: str) -> bytes:
+        job = DeleteJob(id=v.check_id(note_id), ns=namespace, created_at=time.time())
+        return pack(self.signed(job.model_dump(), [namespace]))
+
+    def search_job(self, kind: str, namespace: Namespaces | None, **fields: Any) -> SearchJob:
+        s = self.settings
+        unknown = set(fields) - SEARCH_OPTIONS
+        if unknown:
+            raise InvalidInput(f"unknown search options {sorted(unknown)}")
+        names = [namespace] if namespace is None or isinstance(namespace, str) else namespace
+        if not isinstance(names, list | tuple) or not 0 < len(names) <= 16:
+            raise InvalidInput("namespace must be a str or a list of 1 to 16 str")
+        timeout = fields.pop("timeout_s", None)
+        timeout_s = v.check_timeout(s.reply_timeout_s if timeout is None else timeout)
+        query = fields.pop("query", "")
+        if kind != "flush":
+            query = v.check_text(query, "query", s.max_content_bytes)
+        job = SearchJob(
+            job_id=new_id(),
+            kind=kind,  # type: ignore[arg-type]
+            namespaces=list(dict.fromkeys(self.namespace(n) for n in names)),
+            query=query,
+            k=v.check_int(fields.get("k", min(10, s.max_k)), "k", 1, s.max_k),
+            hops=v.check_int(fields.get("hops", 1), "hops", 0, v.MAX_HOPS),
+            filters=v.check_filters(fields.get("filters"), s),
+            fresh=bool(fields.get("fresh", True)),
+            weights=v.check_weights(fields.get("weights")),
+            as_of=v.check_time(fields.get("as_of"), "as_of"),
+            diversity=v.check_unit_float(fields.get("diversity"), "diversity") or 0.0,
+            max_tokens=v.check_int(fields.get("max_tokens", 2000), "max_tokens", 16, 1_000_000),
+            deadline=time.time() + timeout_s,
+        )
+        if not self.signing_keys:
+            return job
+        return job.model_copy(update={"sig": self.signed(job.model_dump(), job.namespaces)["sig"]})
+
+    def parse_reply(self, raw: Any, job: SearchJob) -> Reply:
+        if raw is None:
+            raise ReplyTimeout(
+                f"no reply to {job.kind} job_id={job.job_id} in time; is a worker running?"
+            )
+        reply = unpack(Reply, raw[1])
+        if not reply.ok:
+            raise JobFailed(reply.error or "unknown error")
+        return reply
+
+    def parse_note(self, namespace: str, note_id: str, fields: Any, links: Any) -> Note:
+        if not fields or fields.get(b"status") != b"active":
+            raise NotFound(f"no active note {note_id!r} in namespace {namespace!r}")
+        return note_from_hash(fields, {k.decode(): float(w) for k, w in links})
+
+    def parse_stats(self, namespace: str, replies: list[Any]) -> Stats:
+        notes, tombstoned, pending, raw = replies
+        counters = {k.decode(): v.decode() for k, v in raw.items()}
+        return Stats(
+            namespace=namespace,
+            notes=notes,
+            links=int(counters.get("links", 0)),
+            pending=pending,
+            tombstoned=tombstoned,
+            dead=int(counters.get("dead", 0)),
+            index_kind=counters.get("index_kind", ""),
+            index_size=int(counters.get("index_size", 0)),
+            last={k[5:]: float(t) for k, t in counters.items() if k.startswith("last_")},
+        )
+
+
+RETRY_BASE_S = 0.05  #: first backoff before a Redis command is retried
+RETRY_CAP_S = 0.5  #: longest backoff between retries
+
+#: Keyword arguments search(), context() and flush() accept.
+SEARCH_OPTIONS = frozenset(
+    {
+        "query",
+        "k",
+        "hops",
+        "filters",
+        "fresh",
+        "timeout_s",
+        "weights",
+        "as_of",
+        "diversity",
+        "max_tokens",
+    }
+)
+
+#: Keyword names a store_many() item may carry.
+STORE_FIELDS = frozenset({"content", "agent", "metadata", "tags", "event_time", "importance", "id"})
+
+
+def _backoff() -> ExponentialWithJitterBackoff:
+    return ExponentialWithJitterBackoff(base=RETRY_BASE_S, cap=RETRY_CAP_S)
+
+
+def redis_kwargs(s: ProducerSettings) -> dict[str, Any]:
+    """Connection options every zettelq Redis client uses: connect timeout, health checks and
+    bounded retries (ZQ_REDIS_RETRIES)."""
+    return {
+        "socket_connect_timeout": s.socket_timeout_s,
+        "health_check_interval": 30,
+        "retry": Retry(_backoff(), s.redis_retries),
+    }
+
+
+def async_redis_kwargs(s: ProducerSettings) -> dict[str, Any]:
+    return {**redis_kwargs(s), "retry": AsyncRetry(_backoff(), s.redis_retries)}
+
+
+def walk_step(
+    found: dict[str, tuple[int, str, float]],
+    origin: str,
+    frontier: list[str],
+    rows: list[Any],
+    hop: int,
+) -> list[str]:
+    nxt: list[str] = []
+    for parent, links in zip(frontier, rows, strict=True):
+        for raw, weight in links:
+            nid = raw.decode()
+            if nid != origin and nid not in found:
+                found[nid] = (hop, parent, float(weight))
+                nxt.append(nid)
+    return nxt
+
+
+def to_neighbours(found: dict[str, tuple[int, str, float]], contents: list[Any]) -> list[Neighbour]:
+    return [
+        Neighbour(id=nid, hop=hop, via=via, weight=w, content=c.decode())
+        for (nid, (hop, via, w)), c in zip(found.items(), contents, strict=True)
+        if c is not None
+    ]
