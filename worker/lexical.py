@@ -14,9 +14,14 @@ from collections import Counter
 from collections.abc import Iterable
 from functools import lru_cache
 
+import numpy as np
+import numpy.typing as npt
 import snowballstemmer
 
 from worker.keywords import STOPWORDS, tokenize
+
+Ints = npt.NDArray[np.int64]
+Floats = npt.NDArray[np.float64]
 
 K1 = 1.2  #: BM25 term-frequency saturation
 B = 0.3  #: BM25 length normalisation (low: memories are short, longer ones carry more)
@@ -38,7 +43,10 @@ def analyze(text: str) -> list[str]:
 
 
 class LexicalIndex:
-    """Postings (term -> seq -> tf) with document lengths; add/remove by seq."""
+    """Postings (term -> seq -> tf) with document lengths; add/remove by seq.
+
+    Scoring is vectorised: each term's posting is also kept as numpy arrays (seqs, tfs,
+    lengths), rebuilt lazily after the term's posting changes."""
 
     def __init__(self, k1: float = K1, b: float = B) -> None:
         self.k1 = k1
@@ -47,6 +55,7 @@ class LexicalIndex:
         self.docs: dict[int, dict[str, int]] = {}
         self.lengths: dict[int, int] = {}
         self.total_len = 0
+        self._arrays: dict[str, tuple[Ints, Floats, Floats]] = {}
 
     def __len__(self) -> int:
         return len(self.docs)
@@ -60,6 +69,7 @@ class LexicalIndex:
         self.total_len += self.lengths[seq]
         for term, tf in counts.items():
             self.postings.setdefault(term, {})[seq] = tf
+            self._arrays.pop(term, None)
 
     def remove(self, seq: int) -> None:
         counts = self.docs.pop(seq, None)
@@ -69,6 +79,7 @@ class LexicalIndex:
         for term in counts:
             posting = self.postings[term]
             del posting[seq]
+            self._arrays.pop(term, None)
             if not posting:
                 del self.postings[term]
 
@@ -84,21 +95,34 @@ class LexicalIndex:
         return self.search_weighted(dict.fromkeys(terms, 1.0), k)
 
     def search_weighted(self, query: dict[str, float], k: int) -> list[tuple[int, float]]:
-        """BM25 where each query term counts with its weight."""
-        if not self.docs:
+        """BM25 where each query term counts with its weight; best first, ties by seq."""
+        terms = [(t, w) for t, w in query.items() if t in self.postings and w > 0]
+        if not terms or k <= 0:
             return []
         avgdl = max(self.total_len / len(self.docs), 1.0)
-        lengths, k1, b = self.lengths, self.k1, self.b
-        scores: dict[int, float] = {}
-        for term, weight in query.items():
-            posting = self.postings.get(term)
-            if not posting:
-                continue
-            idf = self.idf(term) * weight
-            for seq, tf in posting.items():
-                norm = tf + k1 * (1 - b + b * lengths[seq] / avgdl)
-                scores[seq] = scores.get(seq, 0.0) + idf * tf * (k1 + 1) / norm
-        return heapq.nlargest(k, scores.items(), key=lambda item: (item[1], -item[0]))
+        k1, b = self.k1, self.b
+        parts_seq: list[Ints] = []
+        parts_score: list[Floats] = []
+        for term, weight in terms:
+            seqs, tfs, lens = self._posting_arrays(term)
+            norm = tfs + k1 * (1 - b + b * lens / avgdl)
+            parts_seq.append(seqs)
+            parts_score.append(self.idf(term) * weight * tfs * (k1 + 1) / norm)
+        seqs, inverse = np.unique(np.concatenate(parts_seq), return_inverse=True)
+        totals = np.bincount(inverse, weights=np.concatenate(parts_score))
+        top = np.lexsort((seqs, -totals))[:k]
+        return [(int(seqs[i]), float(totals[i])) for i in top]
+
+    def _posting_arrays(self, term: str) -> tuple[Ints, Floats, Floats]:
+        arrays = self._arrays.get(term)
+        if arrays is None:
+            posting = self.postings[term]
+            seqs = np.fromiter(posting.keys(), dtype=np.int64, count=len(posting))
+            tfs = np.fromiter(posting.values(), dtype=np.float64, count=len(posting))
+            lengths = self.lengths
+            lens = np.fromiter((lengths[s] for s in posting), dtype=np.float64, count=len(posting))
+            arrays = self._arrays[term] = (seqs, tfs, lens)
+        return arrays
 
     def expand(
         self, terms: list[str], feedback_docs: int, feedback_terms: int, weight: float
