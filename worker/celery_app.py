@@ -1,6 +1,7 @@
 """The Celery app: configuration from WorkerSettings, queues, beat schedule, process hooks.
 
-Queues: ``zq.ingest`` carries drain tasks, ``zq.maint`` the periodic ones. Notes never travel
+Queues: ``<prefix>.ingest`` carries drain tasks, ``<prefix>.maint`` the periodic ones (prefix =
+ZQ_KEY_PREFIX, so deployments sharing a broker never run each other's tasks). Notes never travel
 through Celery: they wait in the shard streams. Each worker's main process runs the dispatcher;
 each pool process serves searches from a thread (see worker.server).
 """
@@ -11,6 +12,7 @@ import logging
 from typing import Any
 
 from celery import Celery, signals
+from kombu import Queue
 
 from worker.context import WorkerContext
 from worker.dispatch import Dispatcher
@@ -22,11 +24,14 @@ log = logging.getLogger(__name__)
 
 settings = WorkerSettings()
 
+INGEST_QUEUE = f"{settings.key_prefix}.ingest"  #: drain tasks
+MAINT_QUEUE = f"{settings.key_prefix}.maint"  #: periodic and on-demand maintenance
+
 app = Celery("zettelq", broker=settings.broker, include=["worker.tasks"])
 app.conf.update(
-    task_default_queue="zq.maint",
-    task_queues=None,
-    task_routes={"zq.drain": {"queue": "zq.ingest"}},
+    task_default_queue=MAINT_QUEUE,
+    task_queues=(Queue(INGEST_QUEUE), Queue(MAINT_QUEUE)),
+    task_routes={"zq.drain": {"queue": INGEST_QUEUE}},
     task_ignore_result=True,
     task_acks_late=False,
     worker_prefetch_multiplier=1,

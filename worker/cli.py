@@ -28,8 +28,6 @@ from worker.settings import WorkerSettings
 
 log = logging.getLogger(__name__)
 
-QUEUES = "zq.ingest,zq.maint"  #: the Celery queues a zettelq worker consumes
-
 
 def main(argv: Sequence[str] | None = None) -> int:
     args, rest = _parser().parse_known_args(argv)
@@ -78,9 +76,9 @@ def _namespaced(sub: Any) -> list[argparse.ArgumentParser]:
 
 
 def _worker(settings: WorkerSettings, args: argparse.Namespace, rest: list[str]) -> int:
-    from worker.celery_app import app
+    from worker.celery_app import INGEST_QUEUE, MAINT_QUEUE, app
 
-    app.worker_main(["worker", "-Q", QUEUES, *rest])
+    app.worker_main(["worker", "-Q", f"{INGEST_QUEUE},{MAINT_QUEUE}", *rest])
     return 0
 
 

@@ -7,7 +7,7 @@ from redis.exceptions import TimeoutError as RedisTimeoutError
 
 from worker import consolidation, eviction, importance, reembed, snapshot
 from worker import drain as drain_stage
-from worker.celery_app import app, get_context
+from worker.celery_app import INGEST_QUEUE, MAINT_QUEUE, app, get_context
 from worker.embedding import EmbedderUnavailable
 from worker.lease import LeaseLost
 
@@ -88,8 +88,8 @@ def consolidate() -> int:
 
 
 def send_reembed(namespace: str) -> None:
-    reembed_namespace.apply_async((namespace,), queue="zq.maint")
+    reembed_namespace.apply_async((namespace,), queue=MAINT_QUEUE)
 
 
 def send_drain(shard: int) -> None:
-    drain.apply_async((shard,), queue="zq.ingest")
+    drain.apply_async((shard,), queue=INGEST_QUEUE)

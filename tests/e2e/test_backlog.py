@@ -14,8 +14,7 @@ import pytest
 
 from producer import Backpressure, MemoryClient, ReplyTimeout
 from tests.conftest import make_settings
-from tests.e2e.test_worker_process import wait_until
-from tests.e2e.workers import running, signal_group
+from tests.e2e.workers import running, signal_group, wait_until
 from worker.context import WorkerContext
 from worker.integrity import check_namespace
 

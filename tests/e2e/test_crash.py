@@ -10,7 +10,7 @@ import sys
 import pytest
 
 from producer import MemoryClient
-from tests.e2e.test_worker_process import wait_until, worker_env
+from tests.e2e.workers import stop, wait_until, worker_env
 from worker.context import WorkerContext
 from worker.integrity import check_namespace
 
@@ -44,8 +44,7 @@ def test_sigkill_mid_batch_loses_and_duplicates_nothing(settings, ctx: WorkerCon
         try:
             wait_until(lambda: mem.stats("crash").pending == 0, timeout_s=60)
         finally:
-            os.killpg(survivor.pid, signal.SIGTERM)
-            survivor.wait(30)
+            stop(survivor)
         stats = mem.stats("crash")
     assert stats.notes == N
     assert int(ctx.redis.zcard(ctx.keys.active("crash"))) == N

@@ -13,8 +13,7 @@ import msgpack
 import pytest
 
 from producer import MemoryClient
-from tests.e2e.test_worker_process import wait_until, worker_env
-from tests.e2e.workers import running
+from tests.e2e.workers import running, wait_until, worker_env
 from worker.context import WorkerContext
 from worker.settings import WorkerSettings
 

@@ -19,8 +19,7 @@ from redis import Redis
 
 from producer import MemoryClient, ReplyTimeout, Unavailable
 from tests.conftest import make_settings
-from tests.e2e.test_worker_process import wait_until
-from tests.e2e.workers import running
+from tests.e2e.workers import running, wait_until
 from worker.context import WorkerContext
 from worker.devserver import EmbeddedRedis
 from worker.integrity import check_namespace

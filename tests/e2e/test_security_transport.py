@@ -16,8 +16,7 @@ from redis import Redis
 
 from producer import AccessDenied, MemoryClient
 from tests.conftest import make_settings
-from tests.e2e.test_worker_process import wait_until
-from tests.e2e.workers import running
+from tests.e2e.workers import running, wait_until
 from worker.devserver import EmbeddedRedis, _free_port
 
 pytestmark = pytest.mark.e2e

@@ -6,11 +6,33 @@ import os
 import signal
 import subprocess
 import sys
+import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 
-from tests.e2e.test_worker_process import worker_env
 from worker.settings import WorkerSettings
+
+
+def worker_env(settings: WorkerSettings) -> dict[str, str]:
+    env = dict(os.environ)
+    env.update(
+        {
+            "ZQ_REDIS_URL": settings.redis_url,
+            "ZQ_KEY_PREFIX": settings.key_prefix,
+            "ZQ_SHARD_COUNT": str(settings.shard_count),
+            "ZQ_INDEX_DIR": str(settings.index_dir),
+            "ZQ_LEASE_S": str(settings.lease_s),
+            "ZQ_SWEEP_INTERVAL_S": "0.5",
+        }
+    )
+    return env
+
+
+def wait_until(predicate, timeout_s: float = 30.0) -> None:
+    deadline = time.monotonic() + timeout_s
+    while not predicate():
+        assert time.monotonic() < deadline, "condition not met in time"
+        time.sleep(0.1)
 
 
 def spawn(settings: WorkerSettings, **env: str) -> subprocess.Popen[bytes]:
@@ -24,19 +46,24 @@ def spawn(settings: WorkerSettings, **env: str) -> subprocess.Popen[bytes]:
 
 
 def signal_group(proc: subprocess.Popen[bytes], signum: int) -> None:
-    os.killpg(proc.pid, signum)
+    try:
+        os.killpg(proc.pid, signum)
+    except ProcessLookupError:
+        pass  # the whole group is gone already
 
 
 def stop(proc: subprocess.Popen[bytes]) -> None:
-    """Warm shutdown (SIGTERM), SIGKILL of the whole group if it lingers."""
+    """Warm shutdown (SIGTERM), then SIGKILL of the whole group, so that no pool child outlives
+    the test and takes later tests' tasks."""
     if proc.poll() is None:
         signal_group(proc, signal.SIGCONT)
         signal_group(proc, signal.SIGTERM)
     try:
         proc.wait(20)
     except subprocess.TimeoutExpired:
-        signal_group(proc, signal.SIGKILL)
-        proc.wait()
+        pass
+    signal_group(proc, signal.SIGKILL)
+    proc.wait()
 
 
 @contextmanager
