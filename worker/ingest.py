@@ -108,8 +108,8 @@ def _store(
     with proj.lock:
         catch_up(ctx, proj)
         position = proj.position
-        links = _propose(ctx, proj, todo)
-    links = dedupe_links(links + _sequence(ctx, ns, todo))
+        found = _find(ctx, proj, todo)
+    links = dedupe_links(_propose(ctx, found) + _sequence(ctx, ns, todo))
     changes = _commit(ctx, lease, ns, todo, links)
     with proj.lock:
         if proj.position == position:
@@ -178,35 +178,55 @@ def _prepare(ctx: WorkerContext, todo: list[_Pending]) -> None:
             p.vec = np.frombuffer(raw, dtype=np.float32)
 
 
-def _propose(ctx: WorkerContext, proj: Projection, todo: list[_Pending]) -> list[Link]:
-    """Candidates from the index and from the batch itself, judged into links."""
+@dataclass
+class _Found:
+    """What linking needs from the projection, copied out under its lock."""
+
+    linking: list[_Pending]
+    candidates: list[list[Candidate]]
+    rarity: dict[str, float]
+
+
+def _find(ctx: WorkerContext, proj: Projection, todo: list[_Pending]) -> _Found:
+    """Index candidates of the notes to link and their keywords' rarity (caller holds the lock;
+    kept short so searches in this process are not held up by the judging)."""
     s = ctx.settings
-    linking = [p for p in todo if p.relink]
-    if not linking or s.link_k == 0 or s.max_links == 0:
-        return []
-    vecs = _stack(linking)
-    ids = [p.job.id for p in linking]
-    kws = [frozenset(p.keywords) for p in linking]
-    in_batch = batch_candidates(ids, vecs, kws, s.link_k)
-    scores, seqs = proj.index.search(vecs, min(s.link_k + 1, max(len(proj.index), 1)))
-
-    def rarity(keyword: str) -> float:
-        return proj.lexical.idf(stem(keyword), RARITY_PSEUDO_DOCS)
-
-    links: list[Link] = []
-    for i, p in enumerate(linking):
-        cands = [
-            Candidate(proj.ids[int(seq)], float(score), proj.keywords.get(int(seq), frozenset()))
-            for score, seq in zip(scores[i], seqs[i], strict=True)
-            if seq >= 0 and int(seq) in proj.ids
+    linking = [p for p in todo if p.relink] if s.link_k and s.max_links else []
+    if not linking:
+        return _Found([], [], {})
+    scores, seqs = proj.index.search(_stack(linking), min(s.link_k + 1, max(len(proj.index), 1)))
+    candidates = [
+        [
+            Candidate(proj.ids[int(q)], float(v), proj.keywords.get(int(q), frozenset()))
+            for v, q in zip(scores[i], seqs[i], strict=True)
+            if q >= 0 and int(q) in proj.ids
         ]
+        for i in range(len(linking))
+    ]
+    words = {kw for p in linking for kw in p.keywords}
+    words |= {kw for row in candidates for c in row for kw in c.keywords}
+    rarity = {kw: proj.lexical.idf(stem(kw), RARITY_PSEUDO_DOCS) for kw in words}
+    return _Found(linking, candidates, rarity)
+
+
+def _propose(ctx: WorkerContext, found: _Found) -> list[Link]:
+    """Index and same-batch candidates judged into links (no lock needed)."""
+    s = ctx.settings
+    if not found.linking:
+        return []
+    ids = [p.job.id for p in found.linking]
+    kws = [frozenset(p.keywords) for p in found.linking]
+    in_batch = batch_candidates(ids, _stack(found.linking), kws, s.link_k)
+    rarity = found.rarity
+    links: list[Link] = []
+    for i, nid in enumerate(ids):
         links += judge(
-            p.job.id,
+            nid,
             kws[i],
-            cands + in_batch[i],
+            found.candidates[i] + in_batch[i],
             s.link_threshold,
             s.max_links,
-            rarity,
+            lambda kw: rarity.get(kw, 0.0),
             s.link_min_shared_idf,
         )
     return dedupe_links(links)
