@@ -241,6 +241,9 @@ def redis_kwargs(s: ProducerSettings) -> dict[str, Any]:
         "socket_connect_timeout": s.socket_timeout_s,
         "health_check_interval": 30,
         "retry": Retry(_backoff(), s.redis_retries),
+        # RESP2 explicitly: redis-py 8 otherwise re-encodes every RESP3 reply into the RESP2
+        # shape (a sorted-set score goes through format()), which doubled ZRANGE cost here
+        "protocol": 2,
     }
 
 

@@ -164,8 +164,9 @@ def _prepare(ctx: WorkerContext, todo: list[_Pending]) -> None:
                 p.existing.get("content") != p.job.content or p.existing["status"] != "active"
             )
     model = ctx.embedder.name
-    to_embed = [p for p in todo if p.relink or (p.existing or {}).get("embedder") != model]
-    reuse = [p for p in todo if p not in to_embed]
+    stale = [p.relink or (p.existing or {}).get("embedder") != model for p in todo]
+    to_embed = [p for p, s in zip(todo, stale, strict=True) if s]
+    reuse = [p for p, s in zip(todo, stale, strict=True) if not s]
     if to_embed:
         vecs = embed_cached(ctx, [p.job.content for p in to_embed])
         for p, vec in zip(to_embed, vecs, strict=True):

@@ -91,7 +91,14 @@ def _new_lexical(ctx: WorkerContext) -> LexicalIndex:
 
 
 def _new_index(ctx: WorkerContext) -> VectorIndex:
-    return VectorIndex(ctx.embedder.dim, hnsw_threshold=ctx.settings.hnsw_threshold)
+    s = ctx.settings
+    return VectorIndex(
+        ctx.embedder.dim,
+        hnsw_threshold=s.hnsw_threshold,
+        hnsw_m=s.hnsw_m,
+        ef_search=s.hnsw_ef_search,
+        ef_construction=s.hnsw_ef_construction,
+    )
 
 
 def rebuild(ctx: WorkerContext, proj: Projection) -> None:

@@ -11,7 +11,9 @@ from typing import Any
 
 import numpy as np
 import numpy.typing as npt
+from redis.client import Pipeline
 
+from producer.keys import Keys
 from producer.protocol import Hit, Reply, SearchJob
 from worker import candidates as cands_
 from worker import ranking
@@ -105,7 +107,6 @@ def search(ctx: WorkerContext, job: SearchJob) -> list[Hit]:
         ctx, [c for c in top if "content" not in c.fields], qvec, ctx.embedder.name
     )
     cands_.load_links(ctx, top)
-    _touch(ctx, top, now)
     return [cands_.to_hit(c) for c in top]
 
 
@@ -212,16 +213,13 @@ def _diversify(ranked: list[Cand], k: int, diversity: float) -> list[Cand]:
     return [ranked[i] for i in ranking.mmr(scores, np.vstack(vecs), k, 1.0 - diversity)]
 
 
-def _touch(ctx: WorkerContext, ranked: list[Cand], now: float) -> None:
-    """Reinforce what was returned: access_count + 1 and last_access = now (atomic HINCRBY)."""
-    if not ranked:
-        return
-    pipe = ctx.redis.pipeline(transaction=False)
-    for c in ranked:
-        key = ctx.keys.note(c.ns, c.id)
+def touch(pipe: Pipeline, keys: Keys, hits: list[Hit], now: float) -> None:
+    """Reinforce what was returned: access_count + 1 and last_access = now (atomic HINCRBY);
+    queued on the reply's pipeline so it costs the caller no extra round trip."""
+    for h in hits:
+        key = keys.note(h.namespace, h.id)
         pipe.hincrby(key, "access_count", 1)
         pipe.hset(key, "last_access", now)
-    pipe.execute()
 
 
 CONTEXT_HEADER = (

@@ -51,6 +51,7 @@ def serve_once(ctx: WorkerContext, conn: Redis, timeout_s: float = POLL_S) -> bo
         pipe = ctx.redis.pipeline(transaction=False)
         pipe.lpush(ctx.keys.reply(job.job_id), pack(reply))
         pipe.expire(ctx.keys.reply(job.job_id), ctx.settings.result_ttl_s)
+        search.touch(pipe, ctx.keys, reply.hits, time.time())
         pipe.execute()
     return True
 

@@ -60,6 +60,10 @@ class WorkerSettings(ProducerSettings):
     link_min_shared_idf: float = Field(default=2.0, ge=0)
     #: Namespaces switch from a flat FAISS scan to HNSW past this many notes.
     hnsw_threshold: int = Field(default=20_000, ge=1)
+    #: HNSW graph degree, build-time and search-time breadth (higher: better recall, slower).
+    hnsw_m: int = Field(default=16, ge=4, le=128)
+    hnsw_ef_construction: int = Field(default=64, ge=8, le=1_000)
+    hnsw_ef_search: int = Field(default=64, ge=8, le=2_000)
     #: Where workers keep FAISS snapshots (per host; a lost directory is rebuilt from Redis).
     index_dir: Path = Path("var/index")
     #: Eviction: active notes kept per namespace (0 = no cap).
