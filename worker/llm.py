@@ -27,12 +27,12 @@ import urllib.error
 import urllib.request
 from collections.abc import Collection, Sequence
 from dataclasses import dataclass
-from email.message import Message
 from functools import lru_cache
 from typing import Annotated, Any, TypeVar
 
 from pydantic import AfterValidator, BaseModel, ValidationError, ValidationInfo
 
+from worker import openai_http
 from worker.context import WorkerContext
 from worker.settings import WorkerSettings
 
@@ -73,21 +73,6 @@ def number_items(ids: Sequence[str]) -> dict[int, str]:
     return {n: nid for n, nid in enumerate(ids, start=1)}
 
 
-class _NoRedirect(urllib.request.HTTPRedirectHandler):
-    """Turn a redirect into an HTTPError instead of re-sending the key somewhere else."""
-
-    def redirect_request(
-        self,
-        req: urllib.request.Request,
-        fp: Any,
-        code: int,
-        msg: str,
-        headers: Message,
-        newurl: str,
-    ) -> None:
-        return None
-
-
 @dataclass(frozen=True)
 class Answer:
     """The content of a chat completion and the tokens it cost."""
@@ -106,10 +91,8 @@ class ChatClient:
         self.model = model
         self.timeout_s = timeout_s
         self._slots = threading.BoundedSemaphore(max_concurrent)
-        self._headers = {"Content-Type": "application/json", "Accept": "application/json"}
-        if api_key:
-            self._headers["Authorization"] = f"Bearer {api_key}"
-        self._opener = urllib.request.build_opener(_NoRedirect)
+        self._headers = openai_http.json_headers(api_key)
+        self._opener = openai_http.opener()
 
     def complete(self, system: str, prompt: str) -> Answer:
         """One call in JSON mode; raise LLMFailure when it yields no content."""

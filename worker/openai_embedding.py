@@ -25,6 +25,7 @@ from urllib.parse import urlsplit
 import numpy as np
 import numpy.typing as npt
 
+from worker import openai_http
 from worker.embedding import EmbedderUnavailable, EmbeddingError, EmbeddingRejected
 
 log = logging.getLogger(__name__)
@@ -39,21 +40,6 @@ PROBE_TEXT = "dimension probe"  #: embedded once when the dimension is needed be
 RETRIED_STATUSES = frozenset({408, 429})
 #: 4xx statuses that are a configuration error (key, permission, URL or model), not the texts'
 CONFIG_STATUSES = frozenset({401, 403, 404, 407})
-
-
-class _NoRedirect(urllib.request.HTTPRedirectHandler):
-    """Turn a redirect into an HTTPError instead of re-sending the key somewhere else."""
-
-    def redirect_request(
-        self,
-        req: urllib.request.Request,
-        fp: Any,
-        code: int,
-        msg: str,
-        headers: Message,
-        newurl: str,
-    ) -> None:
-        return None
 
 
 class OpenAIEmbedder:
@@ -81,10 +67,8 @@ class OpenAIEmbedder:
         self.batch = batch
         self.retries = retries
         self.backoff_s = backoff_s
-        self._headers = {"Content-Type": "application/json", "Accept": "application/json"}
-        if api_key:
-            self._headers["Authorization"] = f"Bearer {api_key}"
-        self._opener = urllib.request.build_opener(_NoRedirect)
+        self._headers = openai_http.json_headers(api_key)
+        self._opener = openai_http.opener()
         self._dim: int | None = None
 
     @property
