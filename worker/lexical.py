@@ -42,6 +42,17 @@ def analyze(text: str) -> list[str]:
     return [stem(w) for w in tokenize(text) if w not in STOPWORDS and len(w) > 1]
 
 
+def _top(totals: Floats, k: int) -> list[tuple[int, float]]:
+    """The k best positive entries, best first, ties broken by the lower seq (deterministic even
+    at the k-th place)."""
+    hit = np.flatnonzero(totals > 0)
+    if len(hit) > k:
+        kth = np.partition(totals[hit], len(hit) - k)[len(hit) - k]
+        hit = hit[totals[hit] >= kth]
+    order = hit[np.lexsort((hit, -totals[hit]))][:k]
+    return [(int(s), float(totals[s])) for s in order]
+
+
 class LexicalIndex:
     """Postings (term -> seq -> tf) with document lengths; add/remove by seq.
 
@@ -56,6 +67,7 @@ class LexicalIndex:
         self.lengths: dict[int, int] = {}
         self.total_len = 0
         self._arrays: dict[str, tuple[Ints, Floats, Floats]] = {}
+        self._bound = 0  #: above every seq ever added: the size of the score accumulator
 
     def __len__(self) -> int:
         return len(self.docs)
@@ -65,6 +77,7 @@ class LexicalIndex:
         self.remove(seq)
         counts = dict(Counter(terms))
         self.docs[seq] = counts
+        self._bound = max(self._bound, seq + 1)
         self.lengths[seq] = sum(counts.values())
         self.total_len += self.lengths[seq]
         for term, tf in counts.items():
@@ -101,17 +114,12 @@ class LexicalIndex:
             return []
         avgdl = max(self.total_len / len(self.docs), 1.0)
         k1, b = self.k1, self.b
-        parts_seq: list[Ints] = []
-        parts_score: list[Floats] = []
+        totals = np.zeros(self._bound, dtype=np.float64)  # seqs index a dense accumulator
         for term, weight in terms:
             seqs, tfs, lens = self._posting_arrays(term)
             norm = tfs + k1 * (1 - b + b * lens / avgdl)
-            parts_seq.append(seqs)
-            parts_score.append(self.idf(term) * weight * tfs * (k1 + 1) / norm)
-        seqs, inverse = np.unique(np.concatenate(parts_seq), return_inverse=True)
-        totals = np.bincount(inverse, weights=np.concatenate(parts_score))
-        top = np.lexsort((seqs, -totals))[:k]
-        return [(int(seqs[i]), float(totals[i])) for i in top]
+            totals[seqs] += self.idf(term) * weight * tfs * (k1 + 1) / norm
+        return _top(totals, k)
 
     def _posting_arrays(self, term: str) -> tuple[Ints, Floats, Floats]:
         arrays = self._arrays.get(term)
