@@ -21,6 +21,7 @@ import numpy.typing as npt
 
 BOOST_SCALE = 0.1  #: how much a well-linked note gains
 MAX_BOOST = 1.5  #: the most a note's links can multiply its score by
+BACKFILL_SHARE = 0.5  #: a backfilled note's relevance: at most this share of the weakest fused one
 
 
 @dataclass(frozen=True)
@@ -70,6 +71,21 @@ def fuse_scores(
         for nid, value in scores[name].items():
             fused[nid] = fused.get(nid, 0.0) + weight * max(value, 0.0) / peak / total
     return fused
+
+
+def backfill(
+    relevance: Mapping[str, float], dense: Mapping[str, float], k: int
+) -> dict[str, float]:
+    """Up to k notes: when fusion found fewer, the dense channel's best (positive cosine) are
+    appended below every fused note, so a paraphrase with no shared word still finds something
+    while the fused order is never changed."""
+    out = dict(relevance)
+    floor = BACKFILL_SHARE * min(out.values(), default=1.0)
+    for nid, cosine in sorted(dense.items(), key=lambda item: -item[1]):
+        if len(out) >= k or cosine <= 0:
+            break
+        out.setdefault(nid, floor * cosine)
+    return out
 
 
 def spread(

@@ -127,11 +127,13 @@ def _search_ns(
         "feedback": s.feedback_weight,
     }
     weights.update(job.weights)
-    channels = _first_stage(ctx, ns, qvec, terms, max(s.search_candidates, job.k), weights)
+    n = max(s.search_candidates, job.k)
+    channels = _first_stage(ctx, ns, qvec, terms, n, job.k, weights)
     if s.fusion == "rrf":
         relevance = ranking.fuse({k: list(v) for k, v in channels.items()}, weights, s.rrf_k)
     else:
         relevance = ranking.fuse_scores(channels, weights)
+    relevance = ranking.backfill(relevance, channels["dense"], job.k)
     meta = "metadata" in filters
     pool = {c.id: c for c in cands_.fetch(ctx, ns, relevance, 0, meta) if cands_.passes(c, filters)}
     for c in pool.values():
@@ -149,21 +151,15 @@ def _first_stage(
     qvec: npt.NDArray[np.float32],
     terms: list[str],
     n: int,
+    k: int,
     weights: dict[str, float],
 ) -> dict[str, dict[str, float]]:
-    """Each channel's candidates, best first, with their scores (cosine, BM25)."""
+    """Each channel's candidates, best first, with their scores (cosine, BM25). The dense
+    channel is also read when its weight is 0 but the lexical one found fewer than k notes
+    (no shared word: a paraphrase), to backfill the hits."""
     proj = ctx.projection(ns)
     with proj.lock:
         catch_up(ctx, proj)
-        size = len(proj.index)
-        dense: dict[str, float] = {}
-        if size and weights["dense"] > 0:
-            scores, seqs = proj.index.search(qvec, min(n, size))
-            dense = {
-                proj.ids[int(q)]: float(v)
-                for v, q in zip(scores[0], seqs[0], strict=True)
-                if q >= 0 and int(q) in proj.ids
-            }
         hits: list[tuple[int, float]] = []
         if weights["lexical"] > 0:
             s = ctx.settings
@@ -172,6 +168,16 @@ def _first_stage(
             )
             hits = proj.lexical.search_weighted(query, n)
         lexical = {proj.ids[seq]: score for seq, score in hits if seq in proj.ids}
+        size = len(proj.index)
+        dense: dict[str, float] = {}
+        backfill = weights["lexical"] > 0 and len(lexical) < k
+        if size and (weights["dense"] > 0 or backfill):
+            scores, seqs = proj.index.search(qvec, min(n, size))
+            dense = {
+                proj.ids[int(q)]: float(v)
+                for v, q in zip(scores[0], seqs[0], strict=True)
+                if q >= 0 and int(q) in proj.ids
+            }
     return {"dense": dense, "lexical": lexical}
 
 

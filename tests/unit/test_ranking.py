@@ -8,6 +8,7 @@ from worker.ranking import (
     BOOST_SCALE,
     MAX_BOOST,
     Parts,
+    backfill,
     connection_boost,
     fuse,
     recency,
@@ -109,3 +110,11 @@ def test_spread_flows_relevance_along_weighted_links() -> None:
     flow = spread({"a": 1.0, "d": 0.4}, links, graph_weight=0.5)
     assert flow == {"b": pytest.approx(0.25), "c": pytest.approx(0.5)}
     assert spread({"a": 1.0}, links, graph_weight=0.0) == {}
+
+
+def test_backfill_appends_dense_notes_below_the_fused_ones_up_to_k() -> None:
+    fused = {"a": 1.0, "b": 0.4}
+    out = backfill(fused, {"a": 0.9, "c": 0.8, "d": 0.6, "e": -0.1}, k=3)
+    assert out == {"a": 1.0, "b": 0.4, "c": pytest.approx(0.5 * 0.4 * 0.8)}
+    assert backfill(fused, {"c": 0.8}, k=2) == fused
+    assert backfill({}, {"c": 0.8, "d": -0.2}, k=5) == {"c": pytest.approx(0.4)}
