@@ -38,6 +38,8 @@ TOPICS = ["redis stream", "faiss index", "celery worker", "audit log", "link gra
 PER_PRODUCER = 50
 PRODUCERS = 3
 IMPORTANCE_STEPS = (0.1, 0.3, 0.6, 0.9)
+#: Notes queued on each of two other shards: enough that their drains (seconds each) overlap.
+BACKLOG = 3000
 
 
 def _distinct_shard_namespaces() -> tuple[str, str]:
@@ -76,6 +78,14 @@ def _produce(settings: WorkerSettings, producer: int, hits: Counter[str]) -> Non
             mem.store(
                 f"ranked fact {producer}", namespace=RACE, id=f"imp-{producer}", importance=step
             )
+
+
+def _queue_backlog(mem: MemoryClient) -> None:
+    """A backlog on two shards, so both workers have work at once."""
+    for ns in PARALLEL:
+        for start in range(0, BACKLOG, 500):
+            batch = range(start, start + 500)
+            mem.store_many([f"{TOPICS[i % 6]} backlog {i}" for i in batch], namespace=ns)
 
 
 def _watch_leases(ctx: WorkerContext, stop: threading.Event, seen: set[frozenset[str]]) -> None:
@@ -142,8 +152,7 @@ def test_two_workers_produce_the_graph_one_would_and_lose_no_update(tmp_path, ow
     watcher = threading.Thread(target=_watch_leases, args=(ctx, stop, seen), daemon=True)
     try:
         with MemoryClient(settings) as mem, running(settings, count=2, **env):
-            for ns in PARALLEL:  # a backlog on two shards, so both workers have work at once
-                mem.store_many([f"{TOPICS[i % 6]} backlog {i}" for i in range(800)], namespace=ns)
+            _queue_backlog(mem)
             watcher.start()
             producers = [
                 threading.Thread(target=_produce, args=(settings, p, hits), daemon=True)
@@ -155,9 +164,11 @@ def test_two_workers_produce_the_graph_one_would_and_lose_no_update(tmp_path, ow
                 t.join(60)
             for ns in (RACE, *PARALLEL):
                 mem.flush(ns, timeout_s=60)
-            assert [mem.stats(ns).notes for ns in PARALLEL] == [800, 800]
+            assert [mem.stats(ns).notes for ns in PARALLEL] == [BACKLOG, BACKLOG]
     finally:
         stop.set()
+        if watcher.is_alive():
+            watcher.join(5)
     try:
         assert any(len(owners) == 2 for owners in seen), "two shards never drained in parallel"
         graph = _graph(ctx, RACE)
