@@ -11,10 +11,13 @@ import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from types import TracebackType
+from typing import Any
 
+import hiredis
 from redis import Redis
 from redis.client import Pipeline
-from redis.exceptions import WatchError
+from redis.connection import Connection
+from redis.exceptions import ResponseError, WatchError
 
 RELEASE_LUA = (
     "if redis.call('GET', KEYS[1]) == ARGV[1] then return redis.call('DEL', KEYS[1]) end return 0"
@@ -64,8 +67,9 @@ class Lease:
     def fenced(self) -> Iterator[Pipeline]:
         """A MULTI/EXEC pipeline whose EXEC only applies while this lease is still ours: the key
         is WATCHed and checked first, so a holder whose lease expired mid-batch cannot commit
-        over the worker that took it over (the commit raises LeaseLost instead)."""
-        with self.r.pipeline(transaction=True) as pipe:
+        over the worker that took it over (the commit raises LeaseLost instead).
+        ``execute()`` returns the raw replies (see BulkTransaction)."""
+        with BulkTransaction(self.r) as pipe:
             pipe.watch(self.key)
             if pipe.get(self.key) != self.token:
                 self.held = False
@@ -94,3 +98,43 @@ class Lease:
         tb: TracebackType | None,
     ) -> None:
         self.release()
+
+
+class BulkTransaction(Pipeline):  # type: ignore[misc]  # redis-py's Pipeline is untyped
+    """A MULTI/EXEC pipeline for large write batches (thousands of commands): the commands are
+    packed by hiredis in C and the replies read without redis-py's per-command callbacks, so
+    ``execute()`` returns each command's raw reply (bytes, int, list) and costs a fraction of
+    a plain pipeline's client time. Raises the first command error, like a plain pipeline."""
+
+    def __init__(self, r: Redis) -> None:
+        super().__init__(r.connection_pool, r.response_callbacks, True, None)
+
+    def _execute_transaction(
+        self,
+        connection: Connection,
+        commands: list[tuple[tuple[Any, ...], Any]],
+        raise_on_error: bool,
+    ) -> list[Any]:
+        packed = [
+            hiredis.pack_command(("MULTI",)),
+            *[hiredis.pack_command(args) for args, _ in commands],
+            hiredis.pack_command(("EXEC",)),
+        ]
+        connection.send_packed_command([b"".join(packed)])
+        error: ResponseError | None = None
+        for _reply in range(len(commands) + 1):
+            try:
+                connection.read_response()
+            except ResponseError as exc:
+                error = error or exc
+        try:
+            response = connection.read_response()
+        except ResponseError as exc:
+            raise error or exc from None
+        self.watching = False
+        if response is None:
+            raise WatchError("Watched variable changed.")
+        for reply in response:
+            if isinstance(reply, ResponseError):
+                raise reply
+        return list(response)
