@@ -4,7 +4,7 @@ and for those that need a connection boost, content and vectors for the hits ret
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Collection, Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -53,18 +53,30 @@ class Cand:
 
 
 def fetch(
-    ctx: WorkerContext, ns: str, ids: Iterable[str], hop: int, with_metadata: bool
+    ctx: WorkerContext,
+    ns: str,
+    ids: Iterable[str],
+    hop: int,
+    with_metadata: bool,
+    with_links: Collection[str] = (),
 ) -> list[Cand]:
-    """Ranking fields of each id in one round trip; active notes only."""
+    """Ranking fields of each id, and the links of those in ``with_links``, in one round trip;
+    active notes only."""
     ids = list(ids)
     names = [*RANK_FIELDS, "metadata"] if with_metadata else list(RANK_FIELDS)
+    linked = [nid for nid in ids if nid in with_links]
     pipe = ctx.redis.pipeline(transaction=False)
     for nid in ids:
         pipe.hmget(ctx.keys.note(ns, nid), names)
+    for nid in linked:
+        pipe.zrange(ctx.keys.links(ns, nid), 0, -1, withscores=True)
+    replies = pipe.execute()
+    links = dict(zip(linked, replies[len(ids) :], strict=True))
     out = []
-    for nid, raw in zip(ids, pipe.execute(), strict=True):
+    for nid, raw in zip(ids, replies, strict=False):
         if raw[0] == b"active":
-            out.append(Cand(nid, ns, hop, decode(names, raw)))
+            row = links.get(nid)
+            out.append(Cand(nid, ns, hop, decode(names, raw), _links(row)))
     return out
 
 
@@ -77,22 +89,36 @@ def load_links(ctx: WorkerContext, cands: Iterable[Cand]) -> None:
     for c in todo:
         pipe.zrange(ctx.keys.links(c.ns, c.id), 0, -1, withscores=True)
     for c, row in zip(todo, pipe.execute(), strict=True):
-        c.links = {m.decode(): float(w) for m, w in row}
+        c.links = _links(row)
+
+
+def _links(row: list[tuple[bytes, float]] | None) -> dict[str, float] | None:
+    return None if row is None else {m.decode(): float(w) for m, w in row}
 
 
 def load_hit_fields(
     ctx: WorkerContext, cands: list[Cand], qvec: npt.NDArray[np.float32], embedder: str
 ) -> None:
-    """Content, keywords, metadata and vector of the candidates; similarity to the query from
-    the stored vector when it comes from the current embedder."""
+    """Content, keywords, metadata, vector and links of the candidates that lack them, in one
+    round trip; similarity to the query from the stored vector when it comes from the current
+    embedder."""
+    bare = [c for c in cands if "content" not in c.fields]
+    unlinked = [c for c in cands if c.links is None]
+    if not bare and not unlinked:
+        return
     pipe = ctx.redis.pipeline(transaction=False)
-    for c in cands:
+    for c in bare:
         pipe.hmget(ctx.keys.note(c.ns, c.id), HIT_FIELDS)
-    for c, raw in zip(cands, pipe.execute(), strict=True):
+    for c in unlinked:
+        pipe.zrange(ctx.keys.links(c.ns, c.id), 0, -1, withscores=True)
+    replies = pipe.execute()
+    for c, raw in zip(bare, replies, strict=False):
         c.fields.update(decode(list(HIT_FIELDS[:-1]), raw[:-1]))
         if raw[-1] is not None and c.fields.get("embedder") == embedder:
             c.vec = np.frombuffer(raw[-1], dtype=np.float32)
             c.similarity = float(c.vec @ qvec[0])
+    for c, row in zip(unlinked, replies[len(bare) :], strict=True):
+        c.links = _links(row)
 
 
 def decode(names: list[str], raw: list[bytes | None]) -> dict[str, Any]:

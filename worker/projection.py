@@ -24,6 +24,8 @@ from worker.lexical import LexicalIndex, analyze
 from worker.notes import read_change, stream_pos
 
 if TYPE_CHECKING:
+    from redis.client import Pipeline
+
     from worker.context import WorkerContext
 
 log = logging.getLogger(__name__)
@@ -31,6 +33,9 @@ log = logging.getLogger(__name__)
 SNAPSHOT_FORMAT = 2  #: bumped when the sidecar changes; older snapshots are rebuilt
 CATCH_UP_CHUNK = 2_000  #: change-log entries read per round trip
 REBUILD_CHUNK = 1_000  #: notes fetched per round trip when rebuilding
+
+#: (position, change-log entries after it) as XRANGE returned them
+Prefetched = tuple[str, list[tuple[bytes, dict[bytes, bytes]]]]
 
 
 class Projection:
@@ -157,12 +162,20 @@ def _add_from_notes(ctx: WorkerContext, proj: Projection, members: list[tuple[st
         )
 
 
-def catch_up(ctx: WorkerContext, proj: Projection) -> int:
-    """Apply change-log entries after ``proj.position``; rebuild if some were trimmed away."""
+def catch_up(ctx: WorkerContext, proj: Projection, prefetched: Prefetched | None = None) -> int:
+    """Apply change-log entries after ``proj.position``; rebuild if some were trimmed away.
+
+    ``prefetched`` is (position, entries) as a caller read them after that position (see
+    ``read_after``); they save the first round trip while the projection is still there."""
     r, key = ctx.redis, ctx.keys.changes(proj.ns)
     applied = 0
     while True:
-        entries = r.xrange(key, min=f"({proj.position}", count=CATCH_UP_CHUNK)
+        if prefetched is not None and prefetched[0] == proj.position:
+            entries = prefetched[1]
+        else:
+            entries = r.xrange(key, min=f"({proj.position}", count=CATCH_UP_CHUNK)
+        fetched_in_full = len(entries) == CATCH_UP_CHUNK
+        prefetched = None
         if not entries:
             return applied
         if applied == 0 and proj.position != "0-0" and _trimmed_past(ctx, proj):
@@ -171,6 +184,16 @@ def catch_up(ctx: WorkerContext, proj: Projection) -> int:
             continue
         _apply_entries(ctx, proj, entries)
         applied += len(entries)
+        if not fetched_in_full:
+            return applied
+
+
+def read_after(pipe: Pipeline, ctx: WorkerContext, proj: Projection) -> str:
+    """Queue the read of the change-log entries after the projection's position on ``pipe``
+    and return that position: (position, the read's result) is ``catch_up``'s ``prefetched``."""
+    position = proj.position
+    pipe.xrange(ctx.keys.changes(proj.ns), min=f"({position}", count=CATCH_UP_CHUNK)
+    return position
 
 
 def _trimmed_past(ctx: WorkerContext, proj: Projection) -> bool:

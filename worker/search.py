@@ -22,7 +22,7 @@ from worker.context import WorkerContext
 from worker.drain import drain_shard
 from worker.lexical import analyze
 from worker.notes import stream_pos
-from worker.projection import catch_up
+from worker.projection import Prefetched, catch_up, read_after
 
 log = logging.getLogger(__name__)
 
@@ -43,39 +43,55 @@ def handle(ctx: WorkerContext, job: SearchJob) -> Reply | None:
     if time.time() > job.deadline:
         log.warning("dropped expired %s job_id=%s", job.kind, job.job_id)
         return None
+    prefetched: dict[str, Prefetched] = {}
     try:
         if job.fresh or job.kind == "flush":
-            wait_fresh(ctx, job.namespaces, job.deadline)
+            prefetched = wait_fresh(ctx, job.namespaces, job.deadline, job.kind != "flush")
     except NotFresh as exc:
         return Reply(job_id=job.job_id, ok=False, error=str(exc))
     if job.kind == "flush":
         return Reply(job_id=job.job_id)
-    hits = search(ctx, job)
+    hits = search(ctx, job, prefetched)
     text = render_context(hits, job.max_tokens) if job.kind == "context" else ""
     return Reply(job_id=job.job_id, hits=hits, text=text)
 
 
-def wait_fresh(ctx: WorkerContext, namespaces: list[str], deadline: float) -> None:
+def wait_fresh(
+    ctx: WorkerContext, namespaces: list[str], deadline: float, prefetch: bool = False
+) -> dict[str, Prefetched]:
     """Block until every job queued to these namespaces' shards by now is committed.
 
     Committed entries are deleted from the stream, so the shard is fresh once its first
-    remaining entry is newer than the last entry present when the search was taken.
+    remaining entry is newer than the last entry present when the search was taken. The same
+    round trip reads (with ``prefetch``) the namespaces' change logs past their projections:
+    when every shard is already fresh, those reads are returned for the catch-up.
     """
     shards = sorted({ctx.keys.shard_of(ns) for ns in namespaces})
     pipe = ctx.redis.pipeline(transaction=False)
     for shard in shards:
         pipe.xrevrange(ctx.keys.inbox(shard), count=1)
-    for shard, last in zip(shards, pipe.execute(), strict=True):
+    names = namespaces if prefetch else []
+    positions = {ns: read_after(pipe, ctx, ctx.projection(ns)) for ns in names}
+    replies = pipe.execute()
+    waited = False
+    for shard, last in zip(shards, replies, strict=False):
         if last:
-            _wait_shard(ctx, shard, stream_pos(last[0][0]), deadline)
+            waited |= _wait_shard(ctx, shard, stream_pos(last[0][0]), deadline)
+    if waited:
+        return {}
+    reads = replies[len(shards) :]
+    return {ns: (positions[ns], read) for ns, read in zip(positions, reads, strict=True)}
 
 
-def _wait_shard(ctx: WorkerContext, shard: int, target: tuple[int, int], deadline: float) -> None:
+def _wait_shard(ctx: WorkerContext, shard: int, target: tuple[int, int], deadline: float) -> bool:
+    """Wait for the shard to commit up to ``target``; whether it had anything left to commit."""
     delay = 0.001
+    waited = False
     while True:
         first = ctx.redis.xrange(ctx.keys.inbox(shard), count=1)
         if not first or stream_pos(first[0][0]) > target:
-            return
+            return waited
+        waited = True
         if time.time() > deadline:
             raise NotFresh(f"shard {shard} not organised before the search deadline")
         if drain_shard(ctx, shard, wait_ms=0).processed == 0:
@@ -83,7 +99,9 @@ def _wait_shard(ctx: WorkerContext, shard: int, target: tuple[int, int], deadlin
             delay = min(delay * 2, 0.02)
 
 
-def search(ctx: WorkerContext, job: SearchJob) -> list[Hit]:
+def search(
+    ctx: WorkerContext, job: SearchJob, prefetched: dict[str, Prefetched] | None = None
+) -> list[Hit]:
     s = ctx.settings
     qvec = ctx.embedder.embed([job.query])
     terms = analyze(job.query)
@@ -91,7 +109,7 @@ def search(ctx: WorkerContext, job: SearchJob) -> list[Hit]:
     filters = {**job.filters, "as_of": job.as_of} if job.as_of is not None else job.filters
     pool: list[Cand] = []
     for ns in job.namespaces:
-        pool += _search_ns(ctx, ns, qvec, terms, job, filters)
+        pool += _search_ns(ctx, ns, qvec, terms, job, filters, (prefetched or {}).get(ns))
     if s.boost_scale > 0:
         cands_.load_links(ctx, pool)
     half_life_s = s.recency_half_life_days * 86_400
@@ -103,10 +121,7 @@ def search(ctx: WorkerContext, job: SearchJob) -> list[Hit]:
         cands_.load_hit_fields(ctx, ranked, qvec, ctx.embedder.name)
         ranked = _diversify(ranked, job.k, job.diversity)
     top = ranked[: job.k]
-    cands_.load_hit_fields(
-        ctx, [c for c in top if "content" not in c.fields], qvec, ctx.embedder.name
-    )
-    cands_.load_links(ctx, top)
+    cands_.load_hit_fields(ctx, top, qvec, ctx.embedder.name)
     return [cands_.to_hit(c) for c in top]
 
 
@@ -117,6 +132,7 @@ def _search_ns(
     terms: list[str],
     job: SearchJob,
     filters: dict[str, Any],
+    prefetched: Prefetched | None,
 ) -> list[Cand]:
     """Dense and lexical candidates fused, then graph expansion; unscored."""
     s = ctx.settings
@@ -128,14 +144,17 @@ def _search_ns(
     }
     weights.update(job.weights)
     n = max(s.search_candidates, job.k)
-    channels = _first_stage(ctx, ns, qvec, terms, n, job.k, weights)
+    channels = _first_stage(ctx, ns, qvec, terms, n, job.k, weights, prefetched)
     if s.fusion == "rrf":
         relevance = ranking.fuse({k: list(v) for k, v in channels.items()}, weights, s.rrf_k)
     else:
         relevance = ranking.fuse_scores(channels, weights)
     relevance = ranking.backfill(relevance, channels["dense"], job.k)
     meta = "metadata" in filters
-    pool = {c.id: c for c in cands_.fetch(ctx, ns, relevance, 0, meta) if cands_.passes(c, filters)}
+    best = sorted(relevance, key=lambda nid: -relevance[nid])
+    with_links = set(best[: EXPAND_SEEDS + job.k]) if job.hops or s.boost_scale else set()
+    fetched = cands_.fetch(ctx, ns, relevance, 0, meta, with_links)
+    pool = {c.id: c for c in fetched if cands_.passes(c, filters)}
     for c in pool.values():
         c.relevance = relevance[c.id]
         c.lexical = channels["lexical"].get(c.id, 0.0)
@@ -153,13 +172,14 @@ def _first_stage(
     n: int,
     k: int,
     weights: dict[str, float],
+    prefetched: Prefetched | None,
 ) -> dict[str, dict[str, float]]:
     """Each channel's candidates, best first, with their scores (cosine, BM25). The dense
     channel is also read when its weight is 0 but the lexical one found fewer than k notes
     (no shared word: a paraphrase), to backfill the hits."""
     proj = ctx.projection(ns)
     with proj.lock:
-        catch_up(ctx, proj)
+        catch_up(ctx, proj, prefetched)
         hits: list[tuple[int, float]] = []
         if weights["lexical"] > 0:
             s = ctx.settings
@@ -202,7 +222,7 @@ def _expand(
     ranked = sorted((c.relevance for c in pool.values()), reverse=True)
     bar = PRUNE_SHARE * ranked[k - 1] if len(ranked) >= k else 0.0
     new = [nid for nid, value in flow.items() if nid not in pool and value >= bar]
-    for c in cands_.fetch(ctx, ns, new, hop, "metadata" in filters):
+    for c in cands_.fetch(ctx, ns, new, hop, "metadata" in filters, set(new)):
         if cands_.passes(c, filters):
             pool[c.id] = c
     for nid, extra in flow.items():
