@@ -33,7 +33,9 @@ from worker.signing import SignatureRejected, check_signature
 log = logging.getLogger(__name__)
 
 GROUP = "zq"  #: the consumer group every worker reads shard streams through
-SLICE_S = 5.0  #: a drain hands its shard back after this long so other tasks get a turn
+#: a drain hands its shard back after this long when another shard's drain waits for a worker,
+#: so other tasks get a turn; when none waits it keeps the shard (and its warm projection)
+SLICE_S = 5.0
 
 RawEntry = tuple[bytes, dict[bytes, bytes]]
 
@@ -73,8 +75,22 @@ def _drain_batches(
         counter[0] += _process(ctx, shard, batch)
         lease.renew()
         if time.monotonic() - started > SLICE_S:
-            return True
+            if others_waiting(ctx, shard):
+                return True
+            started = time.monotonic()
     return False
+
+
+def others_waiting(ctx: WorkerContext, shard: int) -> bool:
+    """Whether another shard's drain is queued and not yet taken by any worker (its kick flag
+    is set and nobody holds its lease): every worker is busy, so this one should yield."""
+    others = [s for s in range(ctx.keys.shard_count) if s != shard]
+    pipe = ctx.redis.pipeline(transaction=False)
+    for other in others:
+        pipe.exists(ctx.keys.kicked(other))
+        pipe.exists(ctx.keys.lease(other))
+    replies = pipe.execute()
+    return any(replies[2 * i] and not replies[2 * i + 1] for i in range(len(others)))
 
 
 def backlog(ctx: WorkerContext, shard: int) -> int:
