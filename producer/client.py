@@ -30,6 +30,11 @@ from producer.errors import InvalidInput
 from producer.protocol import Hit, Neighbour, Note, Reply, Stats, pack
 from producer.settings import ProducerSettings
 
+#: A reply is awaited in BLPOPs of at most this long, on a connection whose socket times out a
+#: little later, so a Redis that vanishes without closing the connection (a network partition)
+#: surfaces as Unavailable within seconds, not as a hang.
+WAIT_SLICE_S = 5.0
+
 
 class MemoryClient:
     """Blocking client. Thread-safe: one instance can serve many threads."""
@@ -41,7 +46,9 @@ class MemoryClient:
         self._redis = Redis.from_url(
             s.redis_url, socket_timeout=s.socket_timeout_s, **redis_kwargs(s)
         )
-        self._blocking = Redis.from_url(s.redis_url, socket_timeout=None, **redis_kwargs(s))
+        self._blocking = Redis.from_url(
+            s.redis_url, socket_timeout=WAIT_SLICE_S + s.socket_timeout_s, **redis_kwargs(s)
+        )
         self._enqueue = self._redis.register_script(ENQUEUE_LUA)
 
     @property
@@ -103,11 +110,14 @@ class MemoryClient:
     def _ask(self, kind: str, namespace: Namespaces | None, **fields: Any) -> Reply:
         job = self._core.search_job(kind, namespace, **fields)
         keys = self.keys
+        reply_key = keys.reply(job.job_id)
         with redis_errors():
             pipe = self._blocking.pipeline(transaction=False)
             pipe.lpush(keys.search_queue(), pack(job))
-            pipe.blpop([keys.reply(job.job_id)], timeout=max(job.deadline - time.time(), 0.01))
+            pipe.blpop([reply_key], timeout=_wait(job.deadline))
             raw = pipe.execute()[1]
+            while raw is None and job.deadline > time.time():
+                raw = self._blocking.blpop([reply_key], timeout=_wait(job.deadline))
         return self._core.parse_reply(raw, job)
 
     def get(self, note_id: str, *, namespace: str | None = None) -> Note:
@@ -179,7 +189,7 @@ class AsyncMemoryClient:
             s.redis_url, socket_timeout=s.socket_timeout_s, **async_redis_kwargs(s)
         )
         self._blocking = aioredis.Redis.from_url(
-            s.redis_url, socket_timeout=None, **async_redis_kwargs(s)
+            s.redis_url, socket_timeout=WAIT_SLICE_S + s.socket_timeout_s, **async_redis_kwargs(s)
         )
         self._enqueue = self._redis.register_script(ENQUEUE_LUA)
 
@@ -235,11 +245,14 @@ class AsyncMemoryClient:
     async def _ask(self, kind: str, namespace: Namespaces | None, **fields: Any) -> Reply:
         job = self._core.search_job(kind, namespace, **fields)
         keys = self.keys
+        reply_key = keys.reply(job.job_id)
         with redis_errors():
             pipe = self._blocking.pipeline(transaction=False)
             pipe.lpush(keys.search_queue(), pack(job))
-            pipe.blpop([keys.reply(job.job_id)], timeout=max(job.deadline - time.time(), 0.01))
+            pipe.blpop([reply_key], timeout=_wait(job.deadline))
             raw = (await pipe.execute())[1]
+            while raw is None and job.deadline > time.time():
+                raw = await self._blocking.blpop([reply_key], timeout=_wait(job.deadline))
         return self._core.parse_reply(raw, job)
 
     async def get(self, note_id: str, *, namespace: str | None = None) -> Note:
@@ -295,3 +308,8 @@ class AsyncMemoryClient:
 
     async def __aexit__(self, *exc: object) -> None:
         await self.aclose()
+
+
+def _wait(deadline: float) -> float:
+    """The next BLPOP's timeout: what is left until ``deadline``, at most WAIT_SLICE_S."""
+    return min(max(deadline - time.time(), 0.01), WAIT_SLICE_S)

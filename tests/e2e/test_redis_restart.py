@@ -117,3 +117,27 @@ def test_redis_killed_and_restarted_loses_no_acknowledged_note(tmp_path: Path):
                 ctx.close()
     finally:
         server.stop()
+
+
+def test_a_frozen_redis_surfaces_as_unavailable_not_as_a_hang(tmp_path: Path):
+    """A Redis that stops answering without closing connections (a network partition, a
+    stopped host) must not hold a search for its whole timeout: the reply wait is sliced and
+    the socket times out, so the caller gets Unavailable."""
+    with EmbeddedRedis() as server:
+        settings = make_settings(
+            tmp_path, redis_url=server.url, socket_timeout_s=SOCKET_TIMEOUT_S, redis_retries=0
+        )
+        pid = int(Redis.from_url(server.url).info("server")["process_id"])
+        with MemoryClient(settings) as mem:
+            mem.store("a note stored before the freeze", namespace=NAMESPACES[0])
+            with pytest.raises(ReplyTimeout):  # no worker: the wait itself is sliced
+                mem.search("note", namespace=NAMESPACES[0], timeout_s=0.3)
+            os.kill(pid, signal.SIGSTOP)
+            try:
+                started = time.monotonic()
+                with pytest.raises(Unavailable):
+                    mem.search("note", namespace=NAMESPACES[0], timeout_s=120)
+                waited = time.monotonic() - started
+            finally:
+                os.kill(pid, signal.SIGCONT)
+    assert waited < 60, f"the search hung for {waited:.0f}s of its 120s timeout"
