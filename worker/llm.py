@@ -175,17 +175,25 @@ def client_for(settings: WorkerSettings) -> ChatClient | None:
 
 
 def ask_json(
-    ctx: WorkerContext, ns: str, prompt: str, schema: type[M], *, shown: Collection[int] = ()
+    ctx: WorkerContext,
+    ns: str,
+    prompt: str,
+    schema: type[M],
+    *,
+    shown: Collection[int] = (),
+    purpose: str | None = None,
 ) -> M | None:
     """The model's answer to ``prompt`` as a ``schema`` instance, or None (LLM off, or any
-    failure: see the module docstring). ``shown`` holds the item numbers ShownRef accepts."""
+    failure: see the module docstring). ``shown`` holds the item numbers ShownRef accepts;
+    a ``purpose`` also counts the call and its tokens as ``<purpose>_calls`` and
+    ``<purpose>_tokens``."""
     chat = client_for(ctx.settings)
     if chat is None:
         return None
     started = time.perf_counter()
     try:
         _spend_budget(ctx, ns)
-        answer = _call(ctx, ns, chat, prompt, schema)
+        answer = _call(ctx, ns, chat, prompt, schema, ("llm", purpose) if purpose else ("llm",))
         result = _validate(answer.content, schema, shown)
     except LLMFailure as exc:
         log.warning("llm call failed ns=%s schema=%s reason=%s", ns, schema.__name__, exc)
@@ -214,12 +222,20 @@ def _spend_budget(ctx: WorkerContext, ns: str) -> None:
         raise LLMFailure("budget", f"{cap} calls per hour spent")
 
 
-def _call(ctx: WorkerContext, ns: str, chat: ChatClient, prompt: str, schema: type[M]) -> Answer:
+def _call(
+    ctx: WorkerContext,
+    ns: str,
+    chat: ChatClient,
+    prompt: str,
+    schema: type[M],
+    counters: Sequence[str],
+) -> Answer:
     system = SYSTEM_PROMPT % json.dumps(schema.model_json_schema(), separators=(",", ":"))
-    ctx.redis.hincrby(ctx.keys.stats(ns), "llm_calls", 1)
+    for name in counters:
+        ctx.redis.hincrby(ctx.keys.stats(ns), f"{name}_calls", 1)
     answer = chat.complete(system, prompt)
-    if answer.tokens:
-        ctx.redis.hincrby(ctx.keys.stats(ns), "llm_tokens", answer.tokens)
+    for name in counters if answer.tokens else ():
+        ctx.redis.hincrby(ctx.keys.stats(ns), f"{name}_tokens", answer.tokens)
     return answer
 
 
