@@ -9,7 +9,9 @@ answer is mapped back through those numbers (``llm.ShownRef``), validated by pyd
 one batch run in parallel (at most ``ZQ_LLM_MAX_CONCURRENT``) while the caller's lease is kept
 alive. Any failure — see ``llm.ask_json`` — leaves the notes of that call with their
 deterministic fields; a note the answer leaves out keeps them too. Both are counted in the
-namespace's stats (``construct_fallbacks``; ``construct_notes`` counts notes the model built).
+namespace's stats (``construct_fallbacks``; ``construct_notes`` counts notes the model built,
+``construct_atoms`` the atomic notes it split off, ``construct_calls`` and
+``construct_tokens`` its calls).
 
 The model's tags come first among a note's keywords, so ``tags = caller tags + the top
 AUTO_TAGS keywords`` holds in both modes and a stored note's tags can be rebuilt from its
@@ -36,7 +38,7 @@ from dataclasses import dataclass, field
 from typing import Annotated
 
 import msgpack
-from pydantic import AfterValidator, BaseModel, Field, model_validator
+from pydantic import AfterValidator, BaseModel, Field, StringConstraints, model_validator
 
 from producer.protocol import StoreJob
 from worker import llm, notes
@@ -71,10 +73,10 @@ PROMPT = (
 def _no_nul(text: str) -> str:
     if "\x00" in text:
         raise ValueError("contains NUL")
-    return text.strip()
+    return text
 
 
-Text = Annotated[str, AfterValidator(_no_nul)]
+Text = Annotated[str, StringConstraints(strip_whitespace=True), AfterValidator(_no_nul)]
 Word = Annotated[str, Field(min_length=1, max_length=64)]
 
 
@@ -114,7 +116,6 @@ class Built:
 
     keywords: list[str]
     context: str
-    source: str  #: "heuristic" or "model:<name>"
     atoms: list[tuple[str, Built]] = field(default_factory=list)  #: (content, fields) per atom
 
     @property
@@ -136,7 +137,7 @@ def lead_context(content: str, max_chars: int = CONTEXT_MAX_CHARS) -> str:
 
 def heuristic(content: str) -> Built:
     """The deterministic construction: ranked content words and the lead sentence."""
-    return Built(extract_keywords(content, MAX_KEYWORDS), lead_context(content), "heuristic")
+    return Built(extract_keywords(content, MAX_KEYWORDS), lead_context(content))
 
 
 def clean_words(words: Sequence[str]) -> list[str]:
@@ -237,7 +238,8 @@ def construct(
             if model_built is not None:
                 built[i] = model_built
                 made += 1
-    _count(ctx, ns, len(chunks), made, len(jobs) - made)
+    atoms = sum(len(b.atoms) for b in built)
+    _count(ctx, ns, {"notes": made, "fallbacks": len(jobs) - made, "atoms": atoms})
     return built
 
 
@@ -270,10 +272,9 @@ def _ask(ctx: WorkerContext, ns: str, jobs: list[StoreJob]) -> list[Built | None
     answer = llm.ask_json(ctx, ns, prompt, ConstructAnswer, shown=shown, purpose="construct")
     if answer is None:
         return [None] * len(jobs)
-    source = f"model:{ctx.settings.llm_model}"
     by_number = {a.note: a for a in answer.notes}
     return [
-        built_from(by_number[n], job.content, source, n in split) if n in by_number else None
+        built_from(by_number[n], job.content, n in split) if n in by_number else None
         for n, job in zip(shown, jobs, strict=True)
     ]
 
@@ -285,28 +286,27 @@ def _prompt_item(n: int, content: str, split: bool) -> str:
     return f"[{n}]\n{cut}"
 
 
-def built_from(answer: NoteAnswer, content: str, source: str, split: bool) -> Built:
+def built_from(answer: NoteAnswer, content: str, split: bool) -> Built:
     """A note's fields from the model's answer; atoms only where a split was offered, and only
     when the answer gives at least two distinct ones."""
     atoms: dict[str, Built] = {}
     for atom in answer.atoms if split else []:
-        atoms.setdefault(atom.content, _describe(atom, atom.content, source))
-    own = _describe(answer, content, source)
-    return Built(own.keywords, own.context, source, list(atoms.items()) if len(atoms) >= 2 else [])
+        atoms.setdefault(atom.content, _describe(atom, atom.content))
+    own = _describe(answer, content)
+    return Built(own.keywords, own.context, list(atoms.items()) if len(atoms) >= 2 else [])
 
 
-def _describe(answer: Description, content: str, source: str) -> Built:
+def _describe(answer: Description, content: str) -> Built:
     """The model's words as keywords (the content's own when none survive cleaning)."""
     words = clean_words([*answer.tags, *answer.keywords])
-    return Built(words or extract_keywords(content, MAX_KEYWORDS), answer.context, source)
+    return Built(words or extract_keywords(content, MAX_KEYWORDS), answer.context)
 
 
-def _count(ctx: WorkerContext, ns: str, calls: int, made: int, fallbacks: int) -> None:
+def _count(ctx: WorkerContext, ns: str, counts: dict[str, int]) -> None:
+    """Add to the namespace's construct_<name> counters; log the notes that fell back."""
     pipe = ctx.redis.pipeline(transaction=False)
-    pipe.hincrby(ctx.keys.stats(ns), "construct_notes", made)
-    pipe.hincrby(ctx.keys.stats(ns), "construct_fallbacks", fallbacks)
+    for name, value in counts.items():
+        pipe.hincrby(ctx.keys.stats(ns), f"construct_{name}", value)
     pipe.execute()
-    if fallbacks:
-        log.warning(
-            "construction fell back to heuristics ns=%s notes=%d calls=%d", ns, fallbacks, calls
-        )
+    if counts["fallbacks"]:
+        log.warning("construction fell back to heuristics ns=%s notes=%d", ns, counts["fallbacks"])

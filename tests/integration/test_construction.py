@@ -150,6 +150,7 @@ def test_a_good_answer_sets_keywords_tags_and_context_and_keeps_caller_tags(cctx
         "construct_tokens": 42,
         "construct_notes": 2,
         "construct_fallbacks": 0,
+        "construct_atoms": 0,
     }
 
 
@@ -291,6 +292,7 @@ def test_a_long_input_is_split_into_searchable_atoms_linked_to_it(cctx, chat):
         [("create", nid), ("create", short)] + [("create", a.id) for a in atoms]
     )
     assert len(chat.requests) == 1  # the atoms were described in the same call
+    assert counters(cctx, "a")["construct_atoms"] == 3
     assert msgpack.unpackb(cctx.redis.get(cctx.keys.tail("a")))[0] == short
     assert consistent(cctx, "a")
 

@@ -55,7 +55,13 @@ def test_an_answer_may_describe_each_shown_note_once() -> None:
     shown = {"shown": frozenset({1, 2})}
     ok = ConstructAnswer.model_validate({"notes": [note(1), note(2)]}, context=shown)
     assert [n.note for n in ok.notes] == [1, 2]
-    for bad in ([note(1), note(1)], [note(3)], [note(1, context="")], [note(1, context="x" * 201)]):
+    bad_answers = (
+        [note(1), note(1)],
+        [note(3)],
+        [note(1, context="  ")],
+        [note(1, context="x" * 201)],
+    )
+    for bad in bad_answers:
         with pytest.raises(ValidationError):
             ConstructAnswer.model_validate({"notes": bad}, context=shown)
 
@@ -65,19 +71,19 @@ def test_atoms_are_kept_only_where_a_split_was_offered_and_when_at_least_two() -
     two = [{"content": "Fact one.", **atom}, {"content": "Fact two.", **atom}]
     answer = NoteAnswer.model_validate(note(1, atoms=two), context={"shown": {1}})
 
-    split = built_from(answer, "Fact one. Fact two.", "model:m", split=True)
+    split = built_from(answer, "Fact one. Fact two.", split=True)
     assert [content for content, _ in split.atoms] == ["Fact one.", "Fact two."]
     assert split.keywords == ["topic", "alpha"] and split.auto_tags == ["topic", "alpha"]
     assert split.atoms[0][1].keywords == ["beta"]
-    assert built_from(answer, "Fact one. Fact two.", "model:m", split=False).atoms == []
+    assert built_from(answer, "Fact one. Fact two.", split=False).atoms == []
 
     repeated = NoteAnswer.model_validate(note(1, atoms=[two[0], two[0]]), context={"shown": {1}})
-    assert built_from(repeated, "Fact one.", "model:m", split=True).atoms == []
+    assert built_from(repeated, "Fact one.", split=True).atoms == []
 
 
 def test_an_answer_without_usable_words_keeps_the_contents_keywords() -> None:
     answer = NoteAnswer.model_validate(
         {"note": 1, "keywords": ["the", "a"], "tags": [], "context": "x"}, context={"shown": {1}}
     )
-    built = built_from(answer, "Postgres stores readings", "model:m", split=False)
+    built = built_from(answer, "Postgres stores readings", split=False)
     assert built.keywords == ["postgres", "readings", "stores"]
