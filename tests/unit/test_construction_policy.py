@@ -73,7 +73,7 @@ def test_atoms_are_kept_only_where_a_split_was_offered_and_when_at_least_two() -
 
     split = built_from(answer, "Fact one. Fact two.", split=True)
     assert [content for content, _ in split.atoms] == ["Fact one.", "Fact two."]
-    assert split.keywords == ["topic", "alpha"] and split.auto_tags == ["topic", "alpha"]
+    assert split.keywords == ["topic", "alpha"]  # tags first: they become the note's tags
     assert split.atoms[0][1].keywords == ["beta"]
     assert built_from(answer, "Fact one. Fact two.", split=False).atoms == []
 
