@@ -235,8 +235,9 @@ def test_a_slow_answer_times_out_and_falls_back(redis_db, tmp_path, chat):
 
 
 def test_an_answer_slower_than_the_lease_is_applied(redis_db, tmp_path, chat):
-    ctx = build(tmp_path, chat.url, lease_s=1.0)
-    chat.reply_with(answer_with(describe, delay_s=2.0))
+    ctx = build(tmp_path, chat.url)  # the namespace lock is renewed while the call runs
+    assert ctx.settings.lease_s < 3.0 < ctx.settings.llm_timeout_s
+    chat.reply_with(answer_with(describe, delay_s=3.0))
     try:
         with MemoryClient(ctx.settings) as mem:
             nid = mem.store(NOTES[0], namespace="l")
