@@ -274,6 +274,7 @@ def test_a_long_input_is_split_into_searchable_atoms_linked_to_it(cctx, chat):
             source = mem.get(nid, namespace="a")
             atoms = [mem.get(construction.atom_id(nid, k), namespace="a") for k in (1, 2, 3)]
             hits = mem.search("React frontend team", namespace="a", k=3)
+            facts = mem.search("React frontend team", namespace="a", filters={"kind": "note"})
     finally:
         srv.stop()
 
@@ -288,6 +289,8 @@ def test_a_long_input_is_split_into_searchable_atoms_linked_to_it(cctx, chat):
         assert "part_of" in meta["reason"]
     assert set(source.links) >= {a.id for a in atoms}
     assert atoms[1].id in [h.id for h in hits]
+    assert nid in [h.id for h in hits if h.kind == "source"]
+    assert atoms[1].id in [h.id for h in facts] and nid not in [h.id for h in facts]
     assert active(cctx, "a") == {nid, short, *(a.id for a in atoms)}
     assert sorted(audit(cctx, "a")) == sorted(
         [("create", nid), ("create", short)] + [("create", a.id) for a in atoms]
