@@ -61,16 +61,17 @@ class ChatServer:
         class Handler(BaseHTTPRequestHandler):
             def do_POST(self) -> None:
                 body = self.rfile.read(int(self.headers["Content-Length"]))
-                request = {
-                    "path": self.path,
-                    "authorization": self.headers.get("Authorization"),
-                    **json.loads(body),
-                }
-                server.requests.append(request)
+                server.requests.append(
+                    {
+                        "path": self.path,
+                        "authorization": self.headers.get("Authorization"),
+                        **json.loads(body),
+                    }
+                )
                 reply = server._next()
                 content = reply.content
                 if reply.build is not None:
-                    content = json.dumps(reply.build(request["messages"][1]["content"]))
+                    content = json.dumps(reply.build(json.loads(body)["messages"][1]["content"]))
                 if reply.delay_s:
                     server.release.wait(reply.delay_s)
                 if reply.status != 200:
