@@ -193,7 +193,9 @@ def ask_json(
     started = time.perf_counter()
     try:
         _spend_budget(ctx, ns)
-        answer = _call(ctx, ns, chat, prompt, schema, ("llm", purpose) if purpose else ("llm",))
+        _count_purpose(ctx, ns, purpose, "calls", 1)
+        answer = _call(ctx, ns, chat, prompt, schema)
+        _count_purpose(ctx, ns, purpose, "tokens", answer.tokens)
         result = _validate(answer.content, schema, shown)
     except LLMFailure as exc:
         log.warning("llm call failed ns=%s schema=%s reason=%s", ns, schema.__name__, exc)
@@ -222,20 +224,12 @@ def _spend_budget(ctx: WorkerContext, ns: str) -> None:
         raise LLMFailure("budget", f"{cap} calls per hour spent")
 
 
-def _call(
-    ctx: WorkerContext,
-    ns: str,
-    chat: ChatClient,
-    prompt: str,
-    schema: type[M],
-    counters: Sequence[str],
-) -> Answer:
+def _call(ctx: WorkerContext, ns: str, chat: ChatClient, prompt: str, schema: type[M]) -> Answer:
     system = SYSTEM_PROMPT % json.dumps(schema.model_json_schema(), separators=(",", ":"))
-    for name in counters:
-        ctx.redis.hincrby(ctx.keys.stats(ns), f"{name}_calls", 1)
+    ctx.redis.hincrby(ctx.keys.stats(ns), "llm_calls", 1)
     answer = chat.complete(system, prompt)
-    for name in counters if answer.tokens else ():
-        ctx.redis.hincrby(ctx.keys.stats(ns), f"{name}_tokens", answer.tokens)
+    if answer.tokens:
+        ctx.redis.hincrby(ctx.keys.stats(ns), "llm_tokens", answer.tokens)
     return answer
 
 
@@ -249,3 +243,9 @@ def _validate(content: str, schema: type[M], shown: Collection[int]) -> M:
     except ValidationError as exc:
         reason = "unknown_id" if any(UNKNOWN_ID in e["msg"] for e in exc.errors()) else "schema"
         raise LLMFailure(reason, str(exc.errors()[:3])) from exc
+
+
+def _count_purpose(ctx: WorkerContext, ns: str, purpose: str | None, what: str, n: int) -> None:
+    """Add ``n`` to the namespace's ``<purpose>_<what>`` counter (nothing without a purpose)."""
+    if purpose and n:
+        ctx.redis.hincrby(ctx.keys.stats(ns), f"{purpose}_{what}", n)
