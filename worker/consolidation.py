@@ -36,6 +36,7 @@ from pydantic import BaseModel, Field
 from redis.client import Pipeline
 
 from worker import llm, notes
+from worker.construction import lead_context
 from worker.context import WorkerContext
 from worker.graph import Graph, read_graph
 from worker.keywords import derive_tags, extract_keywords
@@ -340,7 +341,7 @@ def _write(
         "kind": "insight",
         "keywords": keywords,
         "tags": derive_tags(keywords[:4], [INSIGHT_TAG]),
-        "context": old.get("context", ""),
+        "context": lead_context(draft.content),
         "metadata": {"abstracted_from": list(members), "summary": draft.source},
         "agent": None,
         "created_at": old.get("created_at", now),

@@ -20,9 +20,9 @@ import numpy as np
 import numpy.typing as npt
 
 from producer.protocol import DeleteJob, StoreJob
-from worker import notes
+from worker import construction, notes
 from worker.context import WorkerContext
-from worker.keywords import derive_tags, extract_keywords
+from worker.keywords import derive_tags
 from worker.lease import Lease
 from worker.lexical import stem
 from worker.linking import (
@@ -42,7 +42,7 @@ log = logging.getLogger(__name__)
 Job = StoreJob | DeleteJob
 Entry = tuple[str, Job]  #: (inbox entry id, job)
 DEFAULT_IMPORTANCE = 0.5  #: importance of a note whose caller gave none
-AUTO_TAGS = 4  #: keywords promoted to tags on top of the caller's
+PART_OF_WEIGHT = 1.0  #: weight of the link from an atomic note to its source
 #: A young namespace judges keyword rarity as if it held this many more unrelated notes, so its
 #: first notes can link on a shared keyword.
 RARITY_PSEUDO_DOCS = 20
@@ -59,6 +59,9 @@ class _Pending:
     vec: npt.NDArray[np.float32] | None = None
     keywords: list[str] = field(default_factory=list)
     relink: bool = True
+    context: str = ""
+    kind: str | None = None  #: set when construction changes the note's kind
+    parent: str | None = None  #: the source note of an atomic note
 
 
 def handle_jobs(ctx: WorkerContext, ns: str, entries: Sequence[Entry]) -> None:
@@ -104,12 +107,13 @@ def _store(
     ]
     if not todo:
         return
+    todo += _construct(ctx, proj, lease, todo)
     _prepare(ctx, todo)
     with proj.lock:
         catch_up(ctx, proj)
         position = proj.position
         found = _find(ctx, proj, todo)
-    links = dedupe_links(_propose(ctx, found) + _sequence(ctx, ns, todo))
+    links = dedupe_links(_propose(ctx, found) + _sequence(ctx, ns, todo) + _part_of(todo))
     changes = _commit(ctx, lease, ns, todo, links)
     with proj.lock:
         if proj.position == position:
@@ -131,7 +135,7 @@ def _store(
 def _sequence(ctx: WorkerContext, ns: str, todo: list[_Pending]) -> list[Link]:
     """Sequence links among the batch's new notes and to the namespace's previous note."""
     s = ctx.settings
-    steps = [_step(p.job) for p in todo if p.existing is None]
+    steps = [_step(p.job) for p in todo if p.existing is None and p.parent is None]
     if not steps or s.sequence_weight <= 0:
         return []
     raw = ctx.redis.get(ctx.keys.tail(ns))
@@ -157,7 +161,6 @@ def _prepare(ctx: WorkerContext, todo: list[_Pending]) -> None:
         for offset, p in enumerate(fresh):
             p.seq = last - len(fresh) + 1 + offset
     for p in todo:
-        p.keywords = extract_keywords(p.job.content)
         if p.existing is not None:
             p.seq = int(p.existing["seq"])
             p.relink = (
@@ -177,6 +180,81 @@ def _prepare(ctx: WorkerContext, todo: list[_Pending]) -> None:
             stored.hget(ctx.keys.note(p.job.ns, p.job.id), "vec")
         for p, raw in zip(reuse, stored.execute(), strict=True):
             p.vec = np.frombuffer(raw, dtype=np.float32)
+
+
+def _construct(
+    ctx: WorkerContext, proj: Projection, lease: Lease, todo: list[_Pending]
+) -> list[_Pending]:
+    """Keywords and context of each note (a note whose content is unchanged keeps its stored
+    ones); returns the atomic notes split off long inputs, to be written with the batch. Atoms
+    an updated input no longer has are tombstoned first."""
+    changed = [p for p in todo if _content_changed(p)]
+    for p in todo:
+        if p.existing is not None and not _content_changed(p):
+            p.keywords = list(p.existing.get("keywords", []))
+            p.context = p.existing.get("context") or construction.lead_context(p.job.content)
+    built = construction.construct(ctx, proj.ns, [p.job for p in changed], lease.renew)
+    ids = {p.job.id for p in todo}
+    atoms: list[_Pending] = []
+    for p, b in zip(changed, built, strict=True):
+        p.keywords, p.context = b.keywords, b.context
+        jobs = [
+            (job, fields) for job, fields in construction.atom_jobs(p.job, b) if job.id not in ids
+        ]
+        p.kind = construction.SOURCE_KIND if jobs else _unsplit_kind(p)
+        atoms += [
+            _Pending(p.entry_id, job, None, keywords=f.keywords, context=f.context, parent=p.job.id)
+            for job, f in jobs
+        ]
+    resplit = [p for p in changed if (p.existing or {}).get("kind") == construction.SOURCE_KIND]
+    if resplit:
+        _retire_atoms(ctx, proj, lease, resplit, {a.job.id for a in atoms})
+    return _with_existing(ctx, proj.ns, atoms)
+
+
+def _content_changed(p: _Pending) -> bool:
+    old = p.existing
+    return old is None or old.get("content") != p.job.content or old["status"] != "active"
+
+
+def _unsplit_kind(p: _Pending) -> str | None:
+    """A former source note that is no longer split becomes a plain note again."""
+    was_source = (p.existing or {}).get("kind") == construction.SOURCE_KIND
+    return "note" if was_source else None
+
+
+def _with_existing(ctx: WorkerContext, ns: str, atoms: list[_Pending]) -> list[_Pending]:
+    """Atomic notes with their stored versions attached (an input split again rewrites them)."""
+    if not atoms:
+        return []
+    existing = notes.read_notes(ctx.redis, ctx.keys, ns, [a.job.id for a in atoms])
+    for a in atoms:
+        if a.job.id in existing:
+            a.existing = notes.unpack_fields(existing[a.job.id])
+    return atoms
+
+
+def _retire_atoms(
+    ctx: WorkerContext, proj: Projection, lease: Lease, resplit: list[_Pending], keep: set[str]
+) -> None:
+    """Tombstone the atomic notes of changed source notes that their new split (if any) does
+    not rewrite."""
+    by_id = {p.job.id: p for p in resplit}
+    stale = construction.stored_atoms(ctx, proj.ns, list(by_id), keep)
+    if stale:
+        actors = {aid: by_id[parent].job.agent or "unknown" for aid, (parent, _) in stale.items()}
+        sources = {aid: f"inbox:{by_id[parent].entry_id}" for aid, (parent, _) in stale.items()}
+        victims = {aid: fields for aid, (_, fields) in stale.items()}
+        tombstone_notes(ctx, proj, lease, victims, "delete", actors, sources)
+
+
+def _part_of(todo: list[_Pending]) -> list[Link]:
+    """A link from each atomic note to its source."""
+    return [
+        Link(p.job.id, p.parent, PART_OF_WEIGHT, construction.PART_OF)
+        for p in todo
+        if p.parent is not None
+    ]
 
 
 @dataclass
@@ -240,10 +318,10 @@ def _fields(ctx: WorkerContext, p: _Pending) -> dict[str, Any]:
         "id": job.id,
         "namespace": job.ns,
         "content": job.content,
-        "kind": old.get("kind", "note"),
+        "kind": p.kind or old.get("kind", "note"),
         "keywords": keywords,
-        "tags": derive_tags(keywords[:AUTO_TAGS], job.tags),
-        "context": old.get("context", ""),
+        "tags": derive_tags(keywords[: construction.AUTO_TAGS], job.tags),
+        "context": p.context,
         "metadata": job.metadata,
         "agent": job.agent,
         "created_at": old.get("created_at", job.created_at),
@@ -297,7 +375,7 @@ def _commit(
             )
         pipe.hincrby(keys.stats(ns), "links", added - _undirected(set(old_links), old_links))
         pipe.hset(keys.stats(ns), "last_ingest", time.time())
-        fresh = [p.job for p in todo if p.existing is None]
+        fresh = [p.job for p in todo if p.existing is None and p.parent is None]
         if fresh:
             tail = _step(fresh[-1])
             pipe.set(keys.tail(ns), msgpack.packb(astuple(tail)))
@@ -340,6 +418,9 @@ def _delete(
     actors = {job.id: job.agent or "unknown" for _, job in entries}
     sources = {job.id: eid for eid, job in entries}
     victims = {nid: existing[nid] for nid in live}
+    split = [nid for nid, f in victims.items() if f.get(b"kind") == b"source"]
+    for aid, (parent, fields) in construction.stored_atoms(ctx, ns, split, set(victims)).items():
+        victims[aid], actors[aid], sources[aid] = fields, actors[parent], sources[parent]
     tombstone_notes(ctx, proj, lease, victims, "delete", actors, sources)
 
 

@@ -175,17 +175,27 @@ def client_for(settings: WorkerSettings) -> ChatClient | None:
 
 
 def ask_json(
-    ctx: WorkerContext, ns: str, prompt: str, schema: type[M], *, shown: Collection[int] = ()
+    ctx: WorkerContext,
+    ns: str,
+    prompt: str,
+    schema: type[M],
+    *,
+    shown: Collection[int] = (),
+    purpose: str | None = None,
 ) -> M | None:
     """The model's answer to ``prompt`` as a ``schema`` instance, or None (LLM off, or any
-    failure: see the module docstring). ``shown`` holds the item numbers ShownRef accepts."""
+    failure: see the module docstring). ``shown`` holds the item numbers ShownRef accepts;
+    a ``purpose`` also counts the call and its tokens as ``<purpose>_calls`` and
+    ``<purpose>_tokens``."""
     chat = client_for(ctx.settings)
     if chat is None:
         return None
     started = time.perf_counter()
     try:
         _spend_budget(ctx, ns)
+        _count_purpose(ctx, ns, purpose, "calls", 1)
         answer = _call(ctx, ns, chat, prompt, schema)
+        _count_purpose(ctx, ns, purpose, "tokens", answer.tokens)
         result = _validate(answer.content, schema, shown)
     except LLMFailure as exc:
         log.warning("llm call failed ns=%s schema=%s reason=%s", ns, schema.__name__, exc)
@@ -233,3 +243,9 @@ def _validate(content: str, schema: type[M], shown: Collection[int]) -> M:
     except ValidationError as exc:
         reason = "unknown_id" if any(UNKNOWN_ID in e["msg"] for e in exc.errors()) else "schema"
         raise LLMFailure(reason, str(exc.errors()[:3])) from exc
+
+
+def _count_purpose(ctx: WorkerContext, ns: str, purpose: str | None, what: str, n: int) -> None:
+    """Add ``n`` to the namespace's ``<purpose>_<what>`` counter (nothing without a purpose)."""
+    if purpose and n:
+        ctx.redis.hincrby(ctx.keys.stats(ns), f"{purpose}_{what}", n)

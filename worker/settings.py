@@ -122,6 +122,13 @@ class WorkerSettings(ProducerSettings):
     #: components are split along their weakest links).
     consolidate_min_weight: float = Field(default=0.3, ge=0, le=1)
     consolidate_max_cluster: int = Field(default=12, ge=3, le=200)
+    #: Note construction: keywords, tags and context by "heuristic" (default) or "llm" (one
+    #: chat call per construct_batch notes of an ingest batch); atomisation of inputs longer
+    #: than atomise_min_chars into atomic notes (needs construction="llm").
+    construction: Literal["heuristic", "llm"] = "heuristic"
+    construct_batch: int = Field(default=10, ge=1, le=100)
+    atomise: bool = False
+    atomise_min_chars: int = Field(default=600, ge=1)
 
     @property
     def dense_weight_for(self) -> float:

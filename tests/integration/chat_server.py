@@ -2,14 +2,15 @@
 
 Each POST to ``/v1/chat/completions`` takes the next scripted reply (the last one repeats): a
 JSON answer with usage, raw content that is not JSON, an HTTP error status, or a delay before
-answering. Every request body is recorded.
+answering; a reply made by ``answer_with`` computes its JSON from the request's user prompt.
+Every request body is recorded.
 """
 
 from __future__ import annotations
 
 import json
 import threading
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
@@ -23,10 +24,16 @@ class Scripted:
     status: int = 200
     delay_s: float = 0.0
     tokens: int = 42
+    build: Callable[[str], Any] | None = None  #: user prompt -> the JSON object to answer
 
 
 def answer(obj: Any, *, delay_s: float = 0.0) -> Scripted:
     return Scripted(json.dumps(obj), delay_s=delay_s)
+
+
+def answer_with(build: Callable[[str], Any], *, delay_s: float = 0.0) -> Scripted:
+    """A reply computed from each request's user prompt."""
+    return Scripted(delay_s=delay_s, build=build)
 
 
 class ChatServer:
@@ -62,6 +69,9 @@ class ChatServer:
                     }
                 )
                 reply = server._next()
+                content = reply.content
+                if reply.build is not None:
+                    content = json.dumps(reply.build(json.loads(body)["messages"][1]["content"]))
                 if reply.delay_s:
                     server.release.wait(reply.delay_s)
                 if reply.status != 200:
@@ -69,7 +79,7 @@ class ChatServer:
                     return
                 payload = json.dumps(
                     {
-                        "choices": [{"message": {"role": "assistant", "content": reply.content}}],
+                        "choices": [{"message": {"role": "assistant", "content": content}}],
                         "usage": {"total_tokens": reply.tokens},
                     }
                 ).encode()
