@@ -68,11 +68,13 @@ def _drain_batches(
 ) -> bool:
     """Process batches until the shard is empty (False) or the time slice is used up (True);
     ``counter[0]`` counts the jobs processed so far, even when a LeaseLost ends the drain."""
-    counter[0] += _process(ctx, shard, _reclaim(ctx, shard))
+    with lease.kept():
+        counter[0] += _process(ctx, shard, _reclaim(ctx, shard))
     started = time.monotonic()
     wait = ctx.settings.batch_wait_ms if wait_ms is None else wait_ms
     while batch := _read(ctx, shard, wait):
-        counter[0] += _process(ctx, shard, batch)
+        with lease.kept():
+            counter[0] += _process(ctx, shard, batch)
         lease.renew()
         if time.monotonic() - started > SLICE_S:
             if others_waiting(ctx, shard):

@@ -66,7 +66,8 @@ class _Pending:
 
 def handle_jobs(ctx: WorkerContext, ns: str, entries: Sequence[Entry]) -> None:
     """Apply a namespace's jobs in inbox order (stores batched, deletes in between)."""
-    with Lease(ctx.redis, ctx.keys.lock(ns), ctx.settings.lease_s, owner=ctx.consumer) as lease:
+    lock = Lease(ctx.redis, ctx.keys.lock(ns), ctx.settings.lease_s, owner=ctx.consumer)
+    with lock as lease, lease.kept():
         proj = ctx.projection(ns)
         for op, group in groupby(entries, key=lambda e: e[1].op):
             items = list(group)

@@ -2,11 +2,14 @@
 
 Used for the shard lease (one drain per shard) and the namespace lock (one mutator per
 namespace). A holder that dies simply stops renewing; the lease expires and work moves on.
+A holder that is only slow (a large batch on a loaded host) keeps its lease with ``kept()``.
 """
 
 from __future__ import annotations
 
+import logging
 import os
+import threading
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -17,7 +20,9 @@ import hiredis
 from redis import Redis
 from redis.client import Pipeline
 from redis.connection import Connection
-from redis.exceptions import ResponseError, WatchError
+from redis.exceptions import RedisError, ResponseError, WatchError
+
+log = logging.getLogger(__name__)
 
 RELEASE_LUA = (
     "if redis.call('GET', KEYS[1]) == ARGV[1] then return redis.call('DEL', KEYS[1]) end return 0"
@@ -26,6 +31,9 @@ RENEW_LUA = (
     "if redis.call('GET', KEYS[1]) == ARGV[1] then "
     "return redis.call('PEXPIRE', KEYS[1], ARGV[2]) end return 0"
 )
+#: ``kept()`` stops renewing after this many TTLs, so a holder stuck for good (not just slow)
+#: still lets its lease expire and the work move to another worker.
+MAX_KEPT_TTLS = 30
 
 
 class LeaseLost(Exception):
@@ -62,6 +70,32 @@ class Lease:
         if not self.r.eval(RENEW_LUA, 1, self.key, self.token, self.ttl_ms):
             self.held = False
             raise LeaseLost(f"lost {self.key}")
+
+    @contextmanager
+    def kept(self) -> Iterator[Lease]:
+        """Renew the lease from a background thread every third of its TTL while the block
+        runs (at most MAX_KEPT_TTLS TTLs), so one slow step cannot outlive it. A renewal that
+        finds the lease gone stops; the fenced commit then refuses the holder's writes."""
+        stop = threading.Event()
+        thread = threading.Thread(
+            target=self._keep, args=(stop,), name=f"zq-lease:{self.key}", daemon=True
+        )
+        thread.start()
+        try:
+            yield self
+        finally:
+            stop.set()
+            thread.join()
+
+    def _keep(self, stop: threading.Event) -> None:
+        interval_s = self.ttl_ms / 3000
+        give_up = time.monotonic() + MAX_KEPT_TTLS * self.ttl_ms / 1000
+        while not stop.wait(interval_s) and time.monotonic() < give_up:
+            try:
+                if not self.r.eval(RENEW_LUA, 1, self.key, self.token, self.ttl_ms):
+                    return
+            except RedisError as exc:
+                log.warning("could not renew %s (%s); retrying", self.key, exc)
 
     @contextmanager
     def fenced(self) -> Iterator[Pipeline]:

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import time
+
 import pytest
 from redis import Redis
 from redis.exceptions import ResponseError
@@ -70,3 +72,17 @@ def test_a_drain_yields_its_shard_only_when_another_drain_waits_for_a_worker(
     assert others_waiting(ctx, 0)
     r.set(keys.lease(1), b"worker-b")  # a worker took it
     assert not others_waiting(ctx, 0)
+
+
+def test_a_kept_lease_outlives_a_step_longer_than_its_ttl(redis_db: Redis) -> None:
+    lease = Lease(redis_db, "t:lock", 1.0)
+    assert lease.acquire()
+    with lease.kept():
+        time.sleep(2.5)  # a slow batch: over twice the TTL
+        with lease.fenced() as pipe:
+            pipe.set("t:written", 1)
+            pipe.execute()
+    assert redis_db.get("t:written") == b"1"
+    time.sleep(1.5)  # no longer kept: it expires
+    with pytest.raises(LeaseLost), lease.fenced():
+        pass
