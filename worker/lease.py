@@ -50,6 +50,9 @@ class Lease:
         #: unique per acquisition; starts with ``owner/`` so an operator can see who holds it
         self.token = f"{owner}/{os.urandom(12).hex()}".encode()
         self.held = False
+        #: held by renewals and by a fenced commit, so a renewal (which touches the key)
+        #: never lands between the commit's WATCH and its EXEC
+        self._renewing = threading.RLock()
 
     def acquire(self) -> bool:
         self.held = bool(self.r.set(self.key, self.token, nx=True, px=self.ttl_ms))
@@ -67,9 +70,10 @@ class Lease:
         return self
 
     def renew(self) -> None:
-        if not self.r.eval(RENEW_LUA, 1, self.key, self.token, self.ttl_ms):
-            self.held = False
-            raise LeaseLost(f"lost {self.key}")
+        with self._renewing:
+            if not self.r.eval(RENEW_LUA, 1, self.key, self.token, self.ttl_ms):
+                self.held = False
+                raise LeaseLost(f"lost {self.key}")
 
     @contextmanager
     def kept(self) -> Iterator[Lease]:
@@ -92,22 +96,21 @@ class Lease:
         give_up = time.monotonic() + MAX_KEPT_TTLS * self.ttl_ms / 1000
         while not stop.wait(interval_s) and time.monotonic() < give_up:
             try:
-                if not self.r.eval(RENEW_LUA, 1, self.key, self.token, self.ttl_ms):
-                    return
+                with self._renewing:
+                    if not self.r.eval(RENEW_LUA, 1, self.key, self.token, self.ttl_ms):
+                        return
             except RedisError as exc:
                 log.warning("could not renew %s (%s); retrying", self.key, exc)
 
     @contextmanager
     def fenced(self) -> Iterator[Pipeline]:
-        """A MULTI/EXEC pipeline whose EXEC only applies while this lease is still ours: the key
-        is WATCHed and checked first, so a holder whose lease expired mid-batch cannot commit
-        over the worker that took it over (the commit raises LeaseLost instead).
-        ``execute()`` returns the raw replies (see BulkTransaction)."""
-        with BulkTransaction(self.r) as pipe:
+        """A MULTI/EXEC pipeline whose EXEC only applies while this lease is still ours: the
+        lease is renewed (LeaseLost if it is gone) and WATCHed, so a holder whose lease expired
+        mid-batch cannot commit over the worker that took it over (the commit raises LeaseLost
+        instead). ``execute()`` returns the raw replies (see BulkTransaction)."""
+        with self._renewing, BulkTransaction(self.r) as pipe:
+            self.renew()
             pipe.watch(self.key)
-            if pipe.get(self.key) != self.token:
-                self.held = False
-                raise LeaseLost(f"lost {self.key} before committing")
             pipe.multi()
             try:
                 yield pipe
