@@ -17,7 +17,16 @@ from producer.errors import (
     Unavailable,
     ZettelqError,
 )
-from producer.protocol import PROTOCOL_VERSION, Hit, Neighbour, Note, Stats
+from producer.protocol import (
+    PROTOCOL_VERSION,
+    Hit,
+    JobRun,
+    Neighbour,
+    Note,
+    Organised,
+    PeriodicRun,
+    Stats,
+)
 from producer.settings import ProducerSettings
 
 __all__ = [
@@ -28,10 +37,13 @@ __all__ = [
     "Hit",
     "InvalidInput",
     "JobFailed",
+    "JobRun",
     "MemoryClient",
     "Neighbour",
     "NotFound",
     "Note",
+    "Organised",
+    "PeriodicRun",
     "ProducerSettings",
     "ProtocolError",
     "ReplyTimeout",

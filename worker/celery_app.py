@@ -3,7 +3,13 @@
 Queues: ``<prefix>.ingest`` carries drain tasks, ``<prefix>.maint`` the periodic ones (prefix =
 ZQ_KEY_PREFIX, so deployments sharing a broker never run each other's tasks). Notes never travel
 through Celery: they wait in the shard streams. Each worker's main process runs the dispatcher;
-each pool process serves searches from a thread (see worker.server).
+each pool process serves searches and organise() requests from threads (see worker.server and
+worker.organiser).
+
+Beat uses celery-redbeat: the schedule and a leader lock live in the broker Redis under
+``<prefix>:redbeat``, so any number of beat processes may run and exactly one sends tasks; when
+it dies the lock expires after ``beat_lock_s`` and a standby takes over within ``beat_tick_s``
+more, continuing the schedule where the old leader left it.
 """
 
 from __future__ import annotations
@@ -14,8 +20,10 @@ from typing import Any
 from celery import Celery, signals
 from kombu import Queue
 
+from producer.keys import Keys
 from worker.context import WorkerContext
 from worker.dispatch import Dispatcher
+from worker.organiser import OrganiseServer
 from worker.schedule import build_beat_schedule
 from worker.server import SearchServer
 from worker.settings import WorkerSettings
@@ -38,6 +46,11 @@ app.conf.update(
     worker_concurrency=1,
     broker_connection_retry_on_startup=True,
     beat_schedule=build_beat_schedule(settings),
+    beat_scheduler="redbeat.RedBeatScheduler",
+    beat_max_interval=settings.beat_tick_s,
+    redbeat_redis_url=settings.broker,
+    redbeat_key_prefix=Keys(settings.key_prefix).redbeat(),
+    redbeat_lock_timeout=settings.beat_lock_s,
     worker_hijack_root_logger=True,
 )
 
@@ -54,6 +67,7 @@ def get_context() -> WorkerContext:
 
 def _start_search_server() -> None:
     _state["server"] = SearchServer(get_context(), settings.search_threads).start()
+    _state["organiser"] = OrganiseServer(get_context()).start()
 
 
 @signals.worker_process_init.connect
@@ -74,6 +88,6 @@ def _on_worker_ready(sender: Any = None, **_: object) -> None:
 
 @signals.worker_shutdown.connect
 def _on_shutdown(**_: object) -> None:
-    for name in ("dispatcher", "server"):
+    for name in ("dispatcher", "server", "organiser"):
         if name in _state:
             _state.pop(name).stop()

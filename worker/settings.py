@@ -123,6 +123,17 @@ class WorkerSettings(ProducerSettings):
     consolidate_min_weight: float = Field(default=0.3, ge=0, le=1)
     consolidate_max_cluster: int = Field(default=12, ge=3, le=200)
 
+    #: Periodic jobs: beat interval of the jobs without an interval setting of their own; most
+    #: namespaces one run of a job visits, and the work (notes scored, written, evicted, ...)
+    #: after which it stops visiting more (0 = no bound); the rest wait for the next run.
+    periodic_every_s: float = Field(default=900.0, gt=0)
+    periodic_max_namespaces: int = Field(default=50, ge=1)
+    periodic_max_work: int = Field(default=50_000, ge=0)
+    #: Beat leader election (celery-redbeat): the leader's lock expires this long after its
+    #: last renewal, and beat wakes at least this often (it renews the lock on every wake).
+    beat_lock_s: float = Field(default=30.0, ge=1.0)
+    beat_tick_s: float = Field(default=5.0, gt=0)
+
     @property
     def dense_weight_for(self) -> float:
         """dense_weight, or its default for the configured embedder."""
