@@ -47,7 +47,7 @@ app.conf.update(
     broker_connection_retry_on_startup=True,
     beat_schedule=build_beat_schedule(settings),
     beat_scheduler="redbeat.RedBeatScheduler",
-    beat_max_interval=settings.beat_tick_s,
+    beat_max_loop_interval=settings.beat_tick_s,
     redbeat_redis_url=settings.broker,
     redbeat_key_prefix=Keys(settings.key_prefix).redbeat(),
     redbeat_lock_timeout=settings.beat_lock_s,
