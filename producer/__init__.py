@@ -24,7 +24,6 @@ from producer.protocol import (
     Neighbour,
     Note,
     Organised,
-    PeriodicRun,
     Stats,
 )
 from producer.settings import ProducerSettings
@@ -43,7 +42,6 @@ __all__ = [
     "NotFound",
     "Note",
     "Organised",
-    "PeriodicRun",
     "ProducerSettings",
     "ProtocolError",
     "ReplyTimeout",

@@ -154,7 +154,6 @@ class MemoryClient:
             pipe.zcard(keys.tombstoned(ns))
             pipe.xlen(keys.inbox(keys.shard_of(ns)))
             pipe.hgetall(keys.stats(ns))
-            pipe.hgetall(keys.runs())
             replies = pipe.execute()
         return self._core.parse_stats(ns, replies)
 
@@ -307,7 +306,6 @@ class AsyncMemoryClient:
             pipe.zcard(keys.tombstoned(ns))
             pipe.xlen(keys.inbox(keys.shard_of(ns)))
             pipe.hgetall(keys.stats(ns))
-            pipe.hgetall(keys.runs())
             replies = await pipe.execute()
         return self._core.parse_stats(ns, replies)
 

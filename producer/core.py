@@ -40,7 +40,6 @@ from producer.protocol import (
     Note,
     Organised,
     OrganiseJob,
-    PeriodicRun,
     Reply,
     SearchJob,
     Stats,
@@ -217,7 +216,7 @@ class ClientCore:
         return note_from_hash(fields, {k.decode(): float(w) for k, w in links})
 
     def parse_stats(self, namespace: str, replies: list[Any]) -> Stats:
-        notes, tombstoned, pending, raw, runs = replies
+        notes, tombstoned, pending, raw = replies
         counters = {k.decode(): v.decode() for k, v in raw.items()}
         return Stats(
             namespace=namespace,
@@ -230,7 +229,6 @@ class ClientCore:
             index_size=int(counters.get("index_size", 0)),
             last={k[5:]: float(t) for k, t in counters.items() if k.startswith("last_")},
             jobs=job_runs(counters),
-            runs={k.decode(): PeriodicRun.model_validate_json(r) for k, r in runs.items()},
         )
 
 

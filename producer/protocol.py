@@ -231,18 +231,6 @@ class Neighbour(BaseModel):
     content: str
 
 
-class PeriodicRun(BaseModel):
-    """The last periodic (beat) run of a job over every namespace due for it."""
-
-    model_config = ConfigDict(frozen=True, extra="ignore")
-    job: str
-    at: float
-    seconds: float
-    namespaces: int  #: namespaces the run visited
-    left: int  #: namespaces due but carried over to the next run (the bound was reached)
-    work: int
-
-
 class Stats(BaseModel):
     """What ``stats()`` reports for one namespace."""
 
@@ -256,8 +244,7 @@ class Stats(BaseModel):
     index_kind: str = ""
     index_size: int = 0
     last: dict[str, float] = Field(default_factory=dict)
-    jobs: dict[str, JobRun] = Field(default_factory=dict)  #: last run of each job here
-    runs: dict[str, PeriodicRun] = Field(default_factory=dict)  #: last beat run of each job
+    jobs: dict[str, JobRun] = Field(default_factory=dict)  #: last run of each periodic job here
 
 
 class Organised(BaseModel):

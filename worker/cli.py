@@ -10,6 +10,7 @@ zettelq get ID | stats | flush
 zettelq dead list|retry|purge
 zettelq reembed NAMESPACE   re-embed notes written by another embedder (--wait: here, now)
 zettelq organise NAMESPACE  run every periodic job now for one namespace, on a worker
+zettelq runs                the last beat run of each periodic job (over all namespaces)
 """
 
 from __future__ import annotations
@@ -70,6 +71,7 @@ def _parser() -> argparse.ArgumentParser:
     organise.add_argument("--timeout", type=float, default=None, help="seconds to wait")
     organise.add_argument("--no-wait", action="store_true", help="queue it and return")
     organise.add_argument("--json", action="store_true")
+    sub.add_parser("runs", help="print the last beat run of each periodic job as JSON lines")
     dead = sub.add_parser("dead", help="inspect or replay dead-lettered jobs")
     dead.add_argument("action", choices=["list", "retry", "purge"])
     dead.add_argument("--count", type=int, default=20)
@@ -215,6 +217,19 @@ def _organise(settings: WorkerSettings, args: argparse.Namespace, rest: list[str
     return 0
 
 
+def _runs(settings: WorkerSettings, args: argparse.Namespace, rest: list[str]) -> int:
+    from worker.context import WorkerContext
+    from worker.periodic import last_runs
+
+    ctx = WorkerContext.build(settings)
+    try:
+        for run in last_runs(ctx).values():
+            _out(run.model_dump_json())
+    finally:
+        ctx.close()
+    return 0
+
+
 def _dead(settings: WorkerSettings, args: argparse.Namespace, rest: list[str]) -> int:
     from worker import deadletter
     from worker.context import WorkerContext
@@ -250,6 +265,7 @@ COMMANDS = {
     "dead": _dead,
     "reembed": _reembed,
     "organise": _organise,
+    "runs": _runs,
 }
 
 

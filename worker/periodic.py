@@ -14,8 +14,9 @@ runs them; a job that is not in JOBS simply never runs.
   none after the run's work reached ``periodic_max_work``; the rest stay due and go first next
   time.
 - Visible: each namespace's stats hash keeps ``run_<J>`` (start), ``work_<J>`` and ``took_<J>``
-  of its last run of J; the last run as a whole (namespaces visited and carried over, work,
-  duration) is kept as JSON in ``Keys.runs``. stats() shows both; each run is logged.
+  of its last run of J (stats() shows them); the last run as a whole (namespaces visited and
+  carried over, work, duration) is kept as JSON in ``Keys.runs`` (``zettelq runs``, an operator
+  view: it spans every tenant's namespaces). Both are logged.
 
 Jobs take the namespace lock for their own commits, so they never race ingest or each other.
 """
@@ -27,10 +28,11 @@ import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 
+from pydantic import BaseModel
 from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 
-from producer.protocol import JobRun, PeriodicRun
+from producer.protocol import JobRun
 from worker import consolidation, eviction, importance
 from worker.context import WorkerContext
 from worker.embedding import EmbedderUnavailable
@@ -63,6 +65,17 @@ class UnknownJob(ValueError):
 
 class JobError(Exception):
     """A job raised while organise() ran it."""
+
+
+class PeriodicRun(BaseModel):
+    """The last beat run of a job over the namespaces due for it (kept in ``Keys.runs``)."""
+
+    job: str
+    at: float
+    seconds: float
+    namespaces: int  #: namespaces the run visited
+    left: int  #: namespaces due but carried over to the next run (a bound was reached)
+    work: int
 
 
 @dataclass(frozen=True)
@@ -174,6 +187,12 @@ def record_run(ctx: WorkerContext, run: PeriodicRun) -> None:
         run.work,
         run.seconds * 1000,
     )
+
+
+def last_runs(ctx: WorkerContext) -> dict[str, PeriodicRun]:
+    """The last beat run of each periodic job (and of the snapshots), by job name."""
+    raw = ctx.redis.hgetall(ctx.keys.runs())
+    return {k.decode(): PeriodicRun.model_validate_json(v) for k, v in sorted(raw.items())}
 
 
 def organise(

@@ -10,9 +10,8 @@ from __future__ import annotations
 import logging
 import time
 
-from producer.protocol import PeriodicRun
 from worker.context import WorkerContext
-from worker.periodic import record_run
+from worker.periodic import PeriodicRun, record_run
 from worker.projection import catch_up, save_snapshot
 
 log = logging.getLogger(__name__)

@@ -2,7 +2,8 @@
 
 Two beats against one Redis send each periodic task once per interval (one leader); when the
 leader is SIGKILLed the other takes over after its lock expires and continues the schedule. A
-worker runs what beat sends and stats() shows it; organise() is answered by the worker process.
+worker runs what beat sends, stats() and `zettelq runs` show it; organise() is answered by the
+worker process.
 """
 
 from __future__ import annotations
@@ -105,15 +106,23 @@ def test_a_worker_runs_what_beat_sends_and_stats_show_each_run(settings, redis_d
         with running(settings, **env):
             beat = spawn_beat(settings)
             try:
-                wait_until(lambda: set(mem.stats("beat").runs) >= {*JOBS, "snapshot"})
                 wait_until(lambda: set(mem.stats("beat").jobs) == set(JOBS))
                 wait_until(lambda: mem.stats("beat").jobs["consolidate"].work == 1)
+                wait_until(lambda: "snapshot" in mem.stats("beat").last)
             finally:
                 stop(beat)
         stats = mem.stats("beat")
         assert stats.notes == 6  # five notes and their insight
         assert stats.jobs["importance"].work > 0 and stats.jobs["importance"].at > 0
-        assert "snapshot" in stats.last
+    out = subprocess.run(
+        [sys.executable, "-m", "worker.cli", "runs"],
+        env=worker_env(settings),
+        capture_output=True,
+        check=True,
+    )
+    runs = {r["job"]: r for r in map(json.loads, out.stdout.splitlines())}
+    assert set(runs) == {*JOBS, "snapshot"}
+    assert all(r["at"] > 0 and r["namespaces"] >= 0 for r in runs.values())
 
 
 def test_organise_is_answered_by_a_worker_process(settings):

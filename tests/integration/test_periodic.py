@@ -12,7 +12,7 @@ from tests.conftest import drain_all, make_settings
 from tests.integration.test_consolidation import OTHER, SOLAR
 from worker.context import WorkerContext
 from worker.organiser import OrganiseServer
-from worker.periodic import run_periodic
+from worker.periodic import PeriodicRun, last_runs, run_periodic
 from worker.snapshot import snapshot_all
 
 
@@ -34,9 +34,8 @@ def seed(ctx: WorkerContext, *namespaces: str) -> None:
     drain_all(ctx)
 
 
-def last_run(ctx: WorkerContext, job: str):
-    with MemoryClient(ctx.settings) as mem:
-        return mem.stats("any").runs[job]
+def last_run(ctx: WorkerContext, job: str) -> PeriodicRun:
+    return last_runs(ctx)[job]
 
 
 def test_an_unchanged_namespace_is_skipped_by_the_next_run(pctx):
@@ -115,14 +114,29 @@ def test_a_run_stops_visiting_namespaces_once_its_work_bound_is_reached(redis_db
         ctx.close()
 
 
-def test_stats_show_the_last_run_of_each_job_here_and_overall(pctx):
+def test_eviction_within_the_work_bound_carries_the_rest_to_the_next_runs(redis_db, tmp_path):
+    ctx = build(tmp_path, max_notes=2, periodic_max_work=2)
+    try:
+        seed(ctx, "e")
+
+        assert [run_periodic(ctx, "evict") for _ in range(3)] == [2, 1, 0]
+
+        with MemoryClient(ctx.settings) as mem:
+            assert mem.stats("e").notes == 2
+        run_periodic(ctx, "evict")
+        assert last_run(ctx, "evict").namespaces == 0
+    finally:
+        ctx.close()
+
+
+def test_stats_show_the_last_run_of_each_job_here_and_runs_overall(pctx):
     seed(pctx, "s")
 
     work = run_periodic(pctx, "importance")
 
     with MemoryClient(pctx.settings) as mem:
-        stats = mem.stats("s")
-    mine, overall = stats.jobs["importance"], stats.runs["importance"]
+        mine = mem.stats("s").jobs["importance"]
+    overall = last_run(pctx, "importance")
     assert mine.job == "importance" and mine.work == work and mine.at > 0 and mine.seconds >= 0
     assert overall.at <= mine.at and overall.work == work and overall.seconds >= mine.seconds
     assert (overall.namespaces, overall.left) == (1, 0)
