@@ -5,7 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Literal
 
-from pydantic import Field, SecretStr
+from pydantic import Field, SecretStr, model_validator
 
 from producer.settings import ProducerSettings
 
@@ -133,6 +133,15 @@ class WorkerSettings(ProducerSettings):
     #: last renewal, and beat wakes at least this often (it renews the lock on every wake).
     beat_lock_s: float = Field(default=30.0, ge=1.0)
     beat_tick_s: float = Field(default=5.0, gt=0)
+
+    @model_validator(mode="after")
+    def _beat_lock_outlives_a_tick(self) -> WorkerSettings:
+        if self.beat_lock_s < 2 * self.beat_tick_s:
+            raise ValueError(
+                "beat_lock_s must be at least twice beat_tick_s: the beat leader renews its lock"
+                " once per tick"
+            )
+        return self
 
     @property
     def dense_weight_for(self) -> float:

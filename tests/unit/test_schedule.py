@@ -1,6 +1,7 @@
 from __future__ import annotations
 
 import pytest
+from pydantic import ValidationError
 
 from worker.periodic import JOBS, MAX_AGE_S, Due, changed_at, interval_s, is_due, select_due
 from worker.schedule import build_beat_schedule
@@ -90,3 +91,9 @@ def test_a_jobs_own_productive_runs_do_not_make_it_due_but_others_do() -> None:
     assert changed_at("importance", stats, None) == 3.0
     assert changed_at("evict", stats, None) == 7.0
     assert changed_at("evict", stats, b"8500-0") == 8.5
+
+
+def test_the_beat_lock_must_outlive_two_ticks() -> None:
+    assert WorkerSettings(beat_lock_s=10.0, beat_tick_s=5.0).beat_lock_s == 10.0
+    with pytest.raises(ValidationError, match="at least twice beat_tick_s"):
+        WorkerSettings(beat_lock_s=5.0, beat_tick_s=5.0)
