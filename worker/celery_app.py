@@ -65,7 +65,7 @@ def get_context() -> WorkerContext:
     return ctx
 
 
-def _start_search_server() -> None:
+def _start_servers() -> None:
     _state["server"] = SearchServer(get_context(), settings.search_threads).start()
     _state["organiser"] = OrganiseServer(get_context()).start()
 
@@ -73,7 +73,7 @@ def _start_search_server() -> None:
 @signals.worker_process_init.connect
 def _on_pool_process(**_: object) -> None:
     _state.clear()
-    _start_search_server()
+    _start_servers()
 
 
 @signals.worker_ready.connect
@@ -82,7 +82,7 @@ def _on_worker_ready(sender: Any = None, **_: object) -> None:
 
     _state["dispatcher"] = Dispatcher(settings, send_drain).start()
     if app.conf.worker_pool != "prefork":
-        _start_search_server()
+        _start_servers()
     log.info("zettelq worker ready: shards=%d", settings.shard_count)
 
 
