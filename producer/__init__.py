@@ -17,7 +17,15 @@ from producer.errors import (
     Unavailable,
     ZettelqError,
 )
-from producer.protocol import PROTOCOL_VERSION, Hit, Neighbour, Note, Stats
+from producer.protocol import (
+    PROTOCOL_VERSION,
+    Hit,
+    JobRun,
+    Neighbour,
+    Note,
+    Organised,
+    Stats,
+)
 from producer.settings import ProducerSettings
 
 __all__ = [
@@ -28,10 +36,12 @@ __all__ = [
     "Hit",
     "InvalidInput",
     "JobFailed",
+    "JobRun",
     "MemoryClient",
     "Neighbour",
     "NotFound",
     "Note",
+    "Organised",
     "ProducerSettings",
     "ProtocolError",
     "ReplyTimeout",

@@ -27,7 +27,7 @@ from producer.core import (
     walk_step,
 )
 from producer.errors import InvalidInput
-from producer.protocol import Hit, Neighbour, Note, Reply, Stats, pack
+from producer.protocol import Hit, Neighbour, Note, Organised, Reply, Stats, pack
 from producer.settings import ProducerSettings
 
 #: A reply is awaited in BLPOPs of at most this long, on a connection whose socket times out a
@@ -167,6 +167,29 @@ class MemoryClient:
             replies = pipe.execute()
         return self._core.parse_stats(ns, replies)
 
+    def organise(
+        self,
+        namespace: str | None = None,
+        *,
+        wait: bool = True,
+        timeout_s: float | None = None,
+        jobs: Sequence[str] | None = None,
+    ) -> Organised:
+        """Run every periodic job (or those named in ``jobs``) now for one namespace, on a
+        worker, after organising what is queued for it. With ``wait`` return once done, with
+        the work each job did; without, return as soon as the request is queued."""
+        job = self._core.organise_job(namespace, wait=wait, timeout_s=timeout_s, jobs=jobs)
+        queue, reply_key = self.keys.organise_queue(), self.keys.reply(job.job_id)
+        with redis_errors():
+            if not job.wait:
+                self._redis.lpush(queue, pack(job))
+                return self._core.organised(job, None)
+            pipe = self._blocking.pipeline(transaction=False)
+            pipe.lpush(queue, pack(job))
+            pipe.blpop([reply_key], timeout=max(job.deadline - time.time(), 0.01))
+            raw = pipe.execute()[1]
+        return self._core.organised(job, self._core.parse_reply(raw, job))
+
     def close(self) -> None:
         self._redis.close()
         self._blocking.close()
@@ -298,6 +321,26 @@ class AsyncMemoryClient:
             pipe.hgetall(keys.stats(ns))
             replies = await pipe.execute()
         return self._core.parse_stats(ns, replies)
+
+    async def organise(
+        self,
+        namespace: str | None = None,
+        *,
+        wait: bool = True,
+        timeout_s: float | None = None,
+        jobs: Sequence[str] | None = None,
+    ) -> Organised:
+        job = self._core.organise_job(namespace, wait=wait, timeout_s=timeout_s, jobs=jobs)
+        queue, reply_key = self.keys.organise_queue(), self.keys.reply(job.job_id)
+        with redis_errors():
+            if not job.wait:
+                await self._redis.lpush(queue, pack(job))
+                return self._core.organised(job, None)
+            pipe = self._blocking.pipeline(transaction=False)
+            pipe.lpush(queue, pack(job))
+            pipe.blpop([reply_key], timeout=max(job.deadline - time.time(), 0.01))
+            raw = (await pipe.execute())[1]
+        return self._core.organised(job, self._core.parse_reply(raw, job))
 
     async def aclose(self) -> None:
         await self._redis.aclose()

@@ -35,8 +35,11 @@ from producer.errors import (
 from producer.keys import Keys
 from producer.protocol import (
     DeleteJob,
+    JobRun,
     Neighbour,
     Note,
+    Organised,
+    OrganiseJob,
     Reply,
     SearchJob,
     Stats,
@@ -176,7 +179,28 @@ class ClientCore:
             return job
         return job.model_copy(update={"sig": self.signed(job.model_dump(), job.namespaces)["sig"]})
 
-    def parse_reply(self, raw: Any, job: SearchJob) -> Reply:
+    def organise_job(
+        self, namespace: str | None, *, wait: bool, timeout_s: float | None, jobs: object
+    ) -> OrganiseJob:
+        timeout = self.settings.organise_timeout_s if timeout_s is None else timeout_s
+        job = OrganiseJob(
+            job_id=new_id(),
+            namespace=self.namespace(namespace),
+            jobs=v.check_job_names(jobs),
+            wait=bool(wait),
+            deadline=time.time() + v.check_timeout(timeout),
+        )
+        if not self.signing_keys:
+            return job
+        return job.model_copy(update={"sig": self.signed(job.model_dump(), [job.namespace])["sig"]})
+
+    def organised(self, job: OrganiseJob, reply: Reply | None) -> Organised:
+        runs = [] if reply is None else reply.runs
+        return Organised(
+            namespace=job.namespace, job_id=job.job_id, done=reply is not None, runs=runs
+        )
+
+    def parse_reply(self, raw: Any, job: SearchJob | OrganiseJob) -> Reply:
         if raw is None:
             raise ReplyTimeout(
                 f"no reply to {job.kind} job_id={job.job_id} in time; is a worker running?"
@@ -204,7 +228,22 @@ class ClientCore:
             index_kind=counters.get("index_kind", ""),
             index_size=int(counters.get("index_size", 0)),
             last={k[5:]: float(t) for k, t in counters.items() if k.startswith("last_")},
+            jobs=job_runs(counters),
         )
+
+
+def job_runs(counters: Mapping[str, str]) -> dict[str, JobRun]:
+    """The last run of each periodic job from a namespace's stats fields run_/work_/took_<job>."""
+    return {
+        k[4:]: JobRun(
+            job=k[4:],
+            at=float(at),
+            work=int(counters.get(f"work_{k[4:]}", 0)),
+            seconds=float(counters.get(f"took_{k[4:]}", 0.0)),
+        )
+        for k, at in counters.items()
+        if k.startswith("run_")
+    }
 
 
 RETRY_BASE_S = 0.05  #: first backoff before a Redis command is retried

@@ -14,6 +14,10 @@ P:search                       list    packed SearchJob requests, served by ever
 P:reply:<job_id>               list    one packed Reply, EXPIRE result_ttl_s; the caller BLPOPs it
 P:dead                         stream  dead-lettered jobs: raw payload, reason, source, time
 P:namespaces                   set     every namespace ever written
+P:organise                     list    packed OrganiseJob requests, served by every worker process
+P:runs                         hash    periodic job name -> JSON of its last beat run (when, how
+                                       long, namespaces visited and carried over, work done)
+P:redbeat:*                    (beat)  celery-redbeat's schedule and leader lock, in the broker
 P:vcache:<embedder>:<sha256>   string  float32 vector of the text with that SHA-256 (hex) by
                                        that embedder; EX vector_cache_ttl_s
 P:{ns}:note:<id>               hash    one note (fields: see producer.protocol.NOTE_FIELDS)
@@ -25,7 +29,8 @@ P:{ns}:seq                     string  last seq handed out (INCR)
 P:{ns}:tombstoned              zset    tombstoned note id -> time of tombstoning
 P:{ns}:changes                 stream  change log the projections replay: {op: add|remove, seq}
 P:{ns}:audit                   stream  one entry per mutation: who/what/when/before/after/source
-P:{ns}:stats                   hash    counters and last organisation times
+P:{ns}:stats                   hash    counters and last organisation times; run_<job>,
+                                       work_<job>, took_<job>: the last run of each periodic job
 P:{ns}:tail                    string  packed (id, event_time, agent, created_at) of the last new
                                        note, for the next batch's sequence links
 P:{ns}:lock                    string  token of the worker mutating the namespace (PX lock_ms)
@@ -74,6 +79,16 @@ class Keys:
 
     def namespaces(self) -> str:
         return f"{self.prefix}:namespaces"
+
+    def organise_queue(self) -> str:
+        return f"{self.prefix}:organise"
+
+    def runs(self) -> str:
+        return f"{self.prefix}:runs"
+
+    def redbeat(self) -> str:
+        """Prefix of celery-redbeat's keys (in the broker Redis)."""
+        return f"{self.prefix}:redbeat:"
 
     def vcache(self, embedder: str, sha256: str) -> str:
         return f"{self.prefix}:vcache:{embedder}:{sha256}"

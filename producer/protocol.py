@@ -82,6 +82,23 @@ class SearchJob(_Wire):
     sig: str | None = None
 
 
+class OrganiseJob(_Wire):
+    """Run periodic jobs now for one namespace (all of them when ``jobs`` is None), after
+    organising what is queued for it. With ``wait`` the worker replies, unless ``deadline``
+    passed before it started; without, it runs whenever a worker takes it."""
+
+    job_id: str
+    namespace: str
+    jobs: list[str] | None = None
+    wait: bool = True
+    deadline: float
+    sig: str | None = None
+
+    @property
+    def kind(self) -> str:
+        return "organise"
+
+
 class Hit(BaseModel):
     """One search result with the parts of its score."""
 
@@ -108,14 +125,26 @@ class Hit(BaseModel):
     valid_to: float | None = None
 
 
+class JobRun(BaseModel):
+    """One run of a periodic job over one namespace: when it started, the work it did (notes
+    scored, insights written, notes evicted, ...) and how long it took."""
+
+    model_config = ConfigDict(frozen=True, extra="ignore")
+    job: str
+    at: float
+    work: int
+    seconds: float
+
+
 class Reply(_Wire):
-    """The worker's answer to a SearchJob, LPUSHed to ``keys.reply(job_id)``."""
+    """The worker's answer to a SearchJob or OrganiseJob, LPUSHed to ``keys.reply(job_id)``."""
 
     job_id: str
     ok: bool = True
     error: str | None = None
     hits: list[Hit] = Field(default_factory=list)
     text: str = ""
+    runs: list[JobRun] = Field(default_factory=list)
 
 
 class Note(BaseModel):
@@ -215,3 +244,20 @@ class Stats(BaseModel):
     index_kind: str = ""
     index_size: int = 0
     last: dict[str, float] = Field(default_factory=dict)
+    jobs: dict[str, JobRun] = Field(default_factory=dict)  #: last run of each periodic job here
+
+
+class Organised(BaseModel):
+    """What ``organise()`` returns: the runs of each job, in the order they ran (empty and
+    ``done=False`` when it did not wait)."""
+
+    model_config = ConfigDict(frozen=True)
+    namespace: str
+    job_id: str
+    done: bool
+    runs: list[JobRun] = Field(default_factory=list)
+
+    @property
+    def work(self) -> dict[str, int]:
+        """Work done per job."""
+        return {r.job: r.work for r in self.runs}

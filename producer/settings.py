@@ -46,3 +46,5 @@ class ProducerSettings(BaseSettings):
     #: producer signs its jobs with them; a worker verifies jobs with them (see
     #: require_signatures). A producer should hold only the keys of its own namespaces.
     namespace_keys: dict[str, SecretStr] = Field(default_factory=dict)
+    #: How long organise() waits for a worker to run every periodic job of a namespace.
+    organise_timeout_s: float = Field(default=120.0, gt=0, le=300)

@@ -189,3 +189,20 @@ def check_filters(filters: object, s: ProducerSettings) -> dict[str, Any]:
     if filters.get("metadata"):
         out["metadata"] = check_metadata(filters["metadata"], s.max_metadata_bytes)
     return out
+
+
+JOB_NAME_RE = re.compile(r"[a-z][a-z0-9_]{0,31}")
+
+
+def check_job_names(jobs: object) -> list[str] | None:
+    """organise()'s ``jobs``: None (every job) or 1 to 32 distinct job names."""
+    if jobs is None:
+        return None
+    if isinstance(jobs, str) or not isinstance(jobs, list | tuple) or not 0 < len(jobs) <= 32:
+        raise InvalidInput("jobs must be None or a list of 1 to 32 job names")
+    for name in jobs:
+        if not isinstance(name, str) or not JOB_NAME_RE.fullmatch(name):
+            raise InvalidInput(f"job names are 1-32 characters of a-z 0-9 _, got {name!r:.40}")
+    if len(set(jobs)) != len(jobs):
+        raise InvalidInput("jobs names the same job twice")
+    return list(jobs)

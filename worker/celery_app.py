@@ -3,7 +3,13 @@
 Queues: ``<prefix>.ingest`` carries drain tasks, ``<prefix>.maint`` the periodic ones (prefix =
 ZQ_KEY_PREFIX, so deployments sharing a broker never run each other's tasks). Notes never travel
 through Celery: they wait in the shard streams. Each worker's main process runs the dispatcher;
-each pool process serves searches from a thread (see worker.server).
+each pool process serves searches and organise() requests from threads (see worker.server and
+worker.organiser).
+
+Beat uses celery-redbeat: the schedule and a leader lock live in the broker Redis under
+``<prefix>:redbeat``, so any number of beat processes may run and exactly one sends tasks; when
+it dies the lock expires after ``beat_lock_s`` and a standby takes over within ``beat_tick_s``
+more, continuing the schedule where the old leader left it.
 """
 
 from __future__ import annotations
@@ -14,8 +20,10 @@ from typing import Any
 from celery import Celery, signals
 from kombu import Queue
 
+from producer.keys import Keys
 from worker.context import WorkerContext
 from worker.dispatch import Dispatcher
+from worker.organiser import OrganiseServer
 from worker.schedule import build_beat_schedule
 from worker.server import SearchServer
 from worker.settings import WorkerSettings
@@ -38,6 +46,11 @@ app.conf.update(
     worker_concurrency=1,
     broker_connection_retry_on_startup=True,
     beat_schedule=build_beat_schedule(settings),
+    beat_scheduler="redbeat.RedBeatScheduler",
+    beat_max_loop_interval=settings.beat_tick_s,
+    redbeat_redis_url=settings.broker,
+    redbeat_key_prefix=Keys(settings.key_prefix).redbeat(),
+    redbeat_lock_timeout=settings.beat_lock_s,
     worker_hijack_root_logger=True,
 )
 
@@ -52,14 +65,15 @@ def get_context() -> WorkerContext:
     return ctx
 
 
-def _start_search_server() -> None:
+def _start_servers() -> None:
     _state["server"] = SearchServer(get_context(), settings.search_threads).start()
+    _state["organiser"] = OrganiseServer(get_context()).start()
 
 
 @signals.worker_process_init.connect
 def _on_pool_process(**_: object) -> None:
     _state.clear()
-    _start_search_server()
+    _start_servers()
 
 
 @signals.worker_ready.connect
@@ -68,12 +82,12 @@ def _on_worker_ready(sender: Any = None, **_: object) -> None:
 
     _state["dispatcher"] = Dispatcher(settings, send_drain).start()
     if app.conf.worker_pool != "prefork":
-        _start_search_server()
+        _start_servers()
     log.info("zettelq worker ready: shards=%d", settings.shard_count)
 
 
 @signals.worker_shutdown.connect
 def _on_shutdown(**_: object) -> None:
-    for name in ("dispatcher", "server"):
+    for name in ("dispatcher", "server", "organiser"):
         if name in _state:
             _state.pop(name).stop()

@@ -2,13 +2,15 @@
 
 zettelq dev                 embedded Redis (when none answers) + worker + beat; Ctrl-C stops all
 zettelq worker [ARGS]       a Celery worker on the zettelq queues (ARGS go to celery)
-zettelq beat [ARGS]         the beat scheduler (run exactly one per deployment)
+zettelq beat [ARGS]         the beat scheduler (one leader at a time; standbys wait)
 zettelq demo                store seed memories, search, walk links (starts its own worker)
 zettelq store TEXT          queue a note; prints its id
 zettelq search QUERY        print the best hits
 zettelq get ID | stats | flush
 zettelq dead list|retry|purge
 zettelq reembed NAMESPACE   re-embed notes written by another embedder (--wait: here, now)
+zettelq organise NAMESPACE  run every periodic job now for one namespace, on a worker
+zettelq runs                the last beat run of each periodic job (over all namespaces)
 """
 
 from __future__ import annotations
@@ -45,7 +47,7 @@ def _parser() -> argparse.ArgumentParser:
     sub = p.add_subparsers(dest="command", required=True)
     sub.add_parser("dev", help="embedded Redis + worker + beat, stopped together on Ctrl-C")
     sub.add_parser("worker", help="run a Celery worker (extra arguments go to celery)")
-    sub.add_parser("beat", help="run the beat scheduler (exactly one per deployment)")
+    sub.add_parser("beat", help="run the beat scheduler (one leader; others stand by)")
     sub.add_parser("demo", help="store the seed memories, search them and walk their links")
     store = sub.add_parser("store", help="queue one note and print its id")
     store.add_argument("text")
@@ -63,6 +65,13 @@ def _parser() -> argparse.ArgumentParser:
     reembed = sub.add_parser("reembed", help="re-embed a namespace with the configured embedder")
     reembed.add_argument("namespace")
     reembed.add_argument("--wait", action="store_true", help="run it in this process and wait")
+    organise = sub.add_parser("organise", help="run every periodic job now for one namespace")
+    organise.add_argument("namespace")
+    organise.add_argument("--jobs", help="comma-separated job names (default: all)")
+    organise.add_argument("--timeout", type=float, default=None, help="seconds to wait")
+    organise.add_argument("--no-wait", action="store_true", help="queue it and return")
+    organise.add_argument("--json", action="store_true")
+    sub.add_parser("runs", help="print the last beat run of each periodic job as JSON lines")
     dead = sub.add_parser("dead", help="inspect or replay dead-lettered jobs")
     dead.add_argument("action", choices=["list", "retry", "purge"])
     dead.add_argument("--count", type=int, default=20)
@@ -85,9 +94,7 @@ def _worker(settings: WorkerSettings, args: argparse.Namespace, rest: list[str])
 def _beat(settings: WorkerSettings, args: argparse.Namespace, rest: list[str]) -> int:
     from worker.celery_app import app
 
-    schedule = settings.index_dir.parent / "celerybeat-schedule"
-    schedule.parent.mkdir(parents=True, exist_ok=True)
-    app.start(["beat", "--schedule", str(schedule), *rest])
+    app.start(["beat", *rest])
     return 0
 
 
@@ -195,6 +202,34 @@ def _reembed(settings: WorkerSettings, args: argparse.Namespace, rest: list[str]
     return 0
 
 
+def _organise(settings: WorkerSettings, args: argparse.Namespace, rest: list[str]) -> int:
+    jobs = [j.strip() for j in args.jobs.split(",")] if args.jobs else None
+    with MemoryClient(settings) as mem:
+        done = mem.organise(
+            args.namespace, wait=not args.no_wait, timeout_s=args.timeout, jobs=jobs
+        )
+    if args.json:
+        _out(done.model_dump_json(indent=2))
+    elif not done.done:
+        _out(f"queued organise of {done.namespace} (job {done.job_id})")
+    for run in [] if args.json else done.runs:
+        _out(f"{run.job:<12} work={run.work:<8} {run.seconds * 1000:.1f} ms")
+    return 0
+
+
+def _runs(settings: WorkerSettings, args: argparse.Namespace, rest: list[str]) -> int:
+    from worker.context import WorkerContext
+    from worker.periodic import last_runs
+
+    ctx = WorkerContext.build(settings)
+    try:
+        for run in last_runs(ctx).values():
+            _out(run.model_dump_json())
+    finally:
+        ctx.close()
+    return 0
+
+
 def _dead(settings: WorkerSettings, args: argparse.Namespace, rest: list[str]) -> int:
     from worker import deadletter
     from worker.context import WorkerContext
@@ -229,6 +264,8 @@ COMMANDS = {
     "flush": _flush,
     "dead": _dead,
     "reembed": _reembed,
+    "organise": _organise,
+    "runs": _runs,
 }
 
 

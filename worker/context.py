@@ -27,6 +27,8 @@ class WorkerContext:
     embedder: Embedder
     consumer: str
     projections: dict[str, Projection] = field(default_factory=dict)
+    #: namespace -> change-log position of the projection this process last snapshotted
+    snapshots: dict[str, str] = field(default_factory=dict)
     _lock: threading.Lock = field(default_factory=threading.Lock)
 
     @classmethod

@@ -49,7 +49,9 @@ def select_evictions(
 
 
 def evict_namespace(ctx: WorkerContext, ns: str) -> int:
-    """Evict what is over the cap in ``ns``; return how many notes were tombstoned."""
+    """Evict what is over the cap in ``ns``, lowest survival first and at most
+    ``periodic_max_work`` notes (0 = all; the next run evicts the rest); return how many notes
+    were tombstoned."""
     s = ctx.settings
     if s.max_notes <= 0 or ctx.redis.zcard(ctx.keys.active(ns)) <= s.max_notes:
         return 0
@@ -58,6 +60,8 @@ def evict_namespace(ctx: WorkerContext, ns: str) -> int:
         victims = select_evictions(
             _survivors(ctx, ns), s.max_notes, now, s.recency_half_life_days * 86_400
         )
+        if s.periodic_max_work:
+            victims = victims[: s.periodic_max_work]
         existing = notes.read_notes(ctx.redis, ctx.keys, ns, victims)
         proj = ctx.projection(ns)
         count = tombstone_notes(ctx, proj, lease, existing, "evict", {}, {})

@@ -1,16 +1,21 @@
-"""The beat schedule (pure): periodic maintenance tasks and their intervals."""
+"""The beat schedule (pure): one entry per periodic job of worker.periodic.JOBS, plus snapshots.
+
+Entry ``zq.<job>`` sends task ``zq.periodic`` with the job's name every ``interval_s`` seconds.
+"""
 
 from __future__ import annotations
 
+from worker.periodic import JOBS, interval_s
 from worker.settings import WorkerSettings
 
 
 def build_beat_schedule(s: WorkerSettings) -> dict[str, dict[str, object]]:
-    due = {
-        "zq.evict": s.evict_every_s,
-        "zq.snapshot": s.snapshot_every_s,
-        "zq.importance": s.importance_every_s,
-        "zq.consolidate": s.consolidate_every_s,
+    entries: dict[str, tuple[str, list[str], float]] = {
+        f"zq.{job}": ("zq.periodic", [job], interval_s(s, job)) for job in JOBS
     }
+    entries["zq.snapshot"] = ("zq.snapshot", [], s.snapshot_every_s)
     # expire just before the next run is due, so a stalled worker never piles up duplicates
-    return {n: {"task": n, "schedule": t, "options": {"expires": 0.9 * t}} for n, t in due.items()}
+    return {
+        name: {"task": task, "args": args, "schedule": every, "options": {"expires": 0.9 * every}}
+        for name, (task, args, every) in entries.items()
+    }

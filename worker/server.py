@@ -59,11 +59,13 @@ def serve_once(ctx: WorkerContext, conn: Redis, timeout_s: float = POLL_S) -> bo
 class SearchServer:
     """``threads`` daemon threads serving search jobs until ``stop()``."""
 
+    name = "search"  #: thread names are zq-<name>-<i>
+
     def __init__(self, ctx: WorkerContext, threads: int = 1) -> None:
         self.ctx = ctx
         self._stop = threading.Event()
         self._threads = [
-            threading.Thread(target=self._run, name=f"zq-search-{i}", daemon=True)
+            threading.Thread(target=self._run, name=f"zq-{self.name}-{i}", daemon=True)
             for i in range(threads)
         ]
 
@@ -87,10 +89,13 @@ class SearchServer:
         backoff = 0.1
         while not self._stop.is_set():
             try:
-                serve_once(self.ctx, conn)
+                self.serve(conn)
                 backoff = 0.1
             except (RedisConnectionError, RedisTimeoutError) as exc:
-                log.warning("search server lost Redis (%s); retrying in %.1fs", exc, backoff)
+                log.warning("%s server lost Redis (%s); retrying in %.1fs", self.name, exc, backoff)
                 time.sleep(backoff)
                 backoff = min(backoff * 2, 5.0)
         conn.close()
+
+    def serve(self, conn: Redis) -> None:
+        serve_once(self.ctx, conn)

@@ -5,7 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Literal
 
-from pydantic import Field, SecretStr
+from pydantic import Field, SecretStr, model_validator
 
 from producer.settings import ProducerSettings
 
@@ -129,6 +129,26 @@ class WorkerSettings(ProducerSettings):
     construct_batch: int = Field(default=10, ge=1, le=100)
     atomise: bool = False
     atomise_min_chars: int = Field(default=600, ge=1)
+
+    #: Periodic jobs: beat interval of the jobs without an interval setting of their own; most
+    #: namespaces one run of a job visits, and the work (notes scored, written, evicted, ...)
+    #: after which it stops visiting more (0 = no bound); the rest wait for the next run.
+    periodic_every_s: float = Field(default=900.0, gt=0)
+    periodic_max_namespaces: int = Field(default=50, ge=1)
+    periodic_max_work: int = Field(default=50_000, ge=0)
+    #: Beat leader election (celery-redbeat): the leader's lock expires this long after its
+    #: last renewal, and beat wakes at least this often (it renews the lock on every wake).
+    beat_lock_s: float = Field(default=30.0, ge=1.0)
+    beat_tick_s: float = Field(default=5.0, gt=0)
+
+    @model_validator(mode="after")
+    def _beat_lock_outlives_a_tick(self) -> WorkerSettings:
+        if self.beat_lock_s < 2 * self.beat_tick_s:
+            raise ValueError(
+                "beat_lock_s must be at least twice beat_tick_s: the beat leader renews its lock"
+                " once per tick"
+            )
+        return self
 
     @property
     def dense_weight_for(self) -> float:

@@ -1,4 +1,9 @@
-"""Periodic FAISS snapshots so a restarted worker loads its index and only catches up."""
+"""Periodic FAISS snapshots so a restarted worker loads its index and only catches up.
+
+Incremental: a namespace is saved again only once its change log moved past the position this
+process last saved it at; bounded by ``periodic_max_namespaces`` per run (namespaces this
+process never saved first). The run is recorded like the periodic jobs' (``Keys.runs``).
+"""
 
 from __future__ import annotations
 
@@ -6,23 +11,44 @@ import logging
 import time
 
 from worker.context import WorkerContext
+from worker.periodic import PeriodicRun, record_run
 from worker.projection import catch_up, save_snapshot
 
 log = logging.getLogger(__name__)
 
 
 def snapshot_all(ctx: WorkerContext) -> int:
-    """Catch up and save the projection of every namespace; return how many were saved."""
-    names = sorted(m.decode() for m in ctx.redis.smembers(ctx.keys.namespaces()))
-    for ns in names:
+    """Catch up and save the projections of the namespaces changed since this process last
+    saved them; return how many were saved."""
+    at, started = time.time(), time.perf_counter()
+    due = _due(ctx)
+    picked = due[: ctx.settings.periodic_max_namespaces]
+    for ns in picked:
         proj = ctx.projection(ns)
         with proj.lock:
             catch_up(ctx, proj)
             save_snapshot(ctx, proj)
-            size, kind = len(proj.index), proj.index.kind
+            size, kind, position = len(proj.index), proj.index.kind, proj.position
+        ctx.snapshots[ns] = position
         ctx.redis.hset(
             ctx.keys.stats(ns),
             mapping={"index_kind": kind, "index_size": size, "last_snapshot": time.time()},
         )
-    log.info("snapshot namespaces=%d", len(names))
-    return len(names)
+    seconds = time.perf_counter() - started
+    left = len(due) - len(picked)
+    run = PeriodicRun(
+        job="snapshot", at=at, seconds=seconds, namespaces=len(picked), left=left, work=len(picked)
+    )
+    record_run(ctx, run)
+    return len(picked)
+
+
+def _due(ctx: WorkerContext) -> list[str]:
+    """Namespaces whose change log moved since this process saved them, never-saved first."""
+    names = sorted(m.decode() for m in ctx.redis.smembers(ctx.keys.namespaces()))
+    pipe = ctx.redis.pipeline(transaction=False)
+    for ns in names:
+        pipe.xrevrange(ctx.keys.changes(ns), count=1)
+    tails = [t[0][0].decode() if t else "0-0" for t in pipe.execute()]
+    due = [ns for ns, tail in zip(names, tails, strict=True) if ctx.snapshots.get(ns) != tail]
+    return sorted(due, key=lambda ns: (ns in ctx.snapshots, ns))

@@ -2,17 +2,10 @@
 
 from __future__ import annotations
 
-from redis.exceptions import ConnectionError as RedisConnectionError
-from redis.exceptions import TimeoutError as RedisTimeoutError
-
-from worker import consolidation, eviction, importance, reembed, snapshot
 from worker import drain as drain_stage
+from worker import periodic, reembed, snapshot
 from worker.celery_app import INGEST_QUEUE, MAINT_QUEUE, app, get_context
-from worker.embedding import EmbedderUnavailable
-from worker.lease import LeaseLost
-
-#: Transient failures a task retries with backoff; programming errors propagate.
-TRANSIENT = (RedisConnectionError, RedisTimeoutError, LeaseLost, EmbedderUnavailable)
+from worker.periodic import TRANSIENT
 
 
 @app.task(
@@ -28,15 +21,15 @@ def drain(shard: int) -> int:
 
 
 @app.task(
-    name="zq.evict",
+    name="zq.periodic",
     autoretry_for=TRANSIENT,
     retry_backoff=True,
     retry_backoff_max=30,
     max_retries=10,
 )
-def evict() -> int:
-    """Tombstone the lowest-value notes of every namespace over max_notes."""
-    return eviction.evict_all(get_context())
+def run_periodic(job: str) -> int:
+    """Run the periodic job ``job`` over the namespaces due for it (see worker.periodic)."""
+    return periodic.run_periodic(get_context(), job)
 
 
 @app.task(
@@ -47,7 +40,7 @@ def evict() -> int:
     max_retries=10,
 )
 def snapshot_indexes() -> int:
-    """Save this process's FAISS projections to index_dir."""
+    """Save this process's FAISS projections that moved since their last snapshot."""
     return snapshot.snapshot_all(get_context())
 
 
@@ -61,30 +54,6 @@ def snapshot_indexes() -> int:
 def reembed_namespace(namespace: str) -> int:
     """Re-embed the notes of ``namespace`` written by another embedder than this worker's."""
     return reembed.reembed_namespace(get_context(), namespace)
-
-
-@app.task(
-    name="zq.importance",
-    autoretry_for=TRANSIENT,
-    retry_backoff=True,
-    retry_backoff_max=30,
-    max_retries=10,
-)
-def score_importance() -> int:
-    """Rescore importance in the namespaces changed since their last run."""
-    return importance.importance_all(get_context())
-
-
-@app.task(
-    name="zq.consolidate",
-    autoretry_for=TRANSIENT,
-    retry_backoff=True,
-    retry_backoff_max=30,
-    max_retries=10,
-)
-def consolidate() -> int:
-    """Write insight notes for the new dense clusters of the namespaces written since."""
-    return consolidation.consolidate_all(get_context())
 
 
 def send_reembed(namespace: str) -> None:

@@ -38,6 +38,7 @@ def tenant_acl(prefix: str, ns: str) -> list[str]:
         f"%R~{prefix}:{{{ns}}}:*",
         f"%RW~{prefix}:{{s*}}:inbox",
         f"%W~{prefix}:search",
+        f"%W~{prefix}:organise",
         f"%RW~{prefix}:reply:*",
     ]
 
@@ -93,6 +94,10 @@ def test_a_tenant_cannot_read_or_write_another_tenants_namespace(tmp_path: Path)
                     read(secret, namespace="acme")
             with pytest.raises(AccessDenied):
                 globex.stats("acme")
+            with pytest.raises(JobFailed, match="not signed with the key of namespace 'acme'"):
+                globex.organise("acme", timeout_s=60)
+            assert "importance" not in acme.stats("acme").jobs
+            assert acme.organise("acme", jobs=["importance"], timeout_s=60).work["importance"]
             globex.store("globex writes into acme", namespace="acme", id="unsigned")
             _forge(globex, key_of="globex")
             _forge(acme, key_of="acme")  # the same job with the right key is accepted
