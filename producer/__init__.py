@@ -9,6 +9,7 @@ from producer.client import AsyncMemoryClient, MemoryClient
 from producer.errors import (
     AccessDenied,
     Backpressure,
+    Conflict,
     InvalidInput,
     JobFailed,
     NotFound,
@@ -17,7 +18,7 @@ from producer.errors import (
     Unavailable,
     ZettelqError,
 )
-from producer.protocol import PROTOCOL_VERSION, Hit, Neighbour, Note, Stats
+from producer.protocol import PROTOCOL_VERSION, Hit, Neighbour, Note, Proposal, Stats
 from producer.settings import ProducerSettings
 
 __all__ = [
@@ -25,6 +26,7 @@ __all__ = [
     "AccessDenied",
     "AsyncMemoryClient",
     "Backpressure",
+    "Conflict",
     "Hit",
     "InvalidInput",
     "JobFailed",
@@ -33,6 +35,7 @@ __all__ = [
     "NotFound",
     "Note",
     "ProducerSettings",
+    "Proposal",
     "ProtocolError",
     "ReplyTimeout",
     "Stats",

@@ -7,13 +7,16 @@ round trip.
 
 from __future__ import annotations
 
+import asyncio
 import time
 from collections.abc import Mapping, Sequence
 from typing import Any
 
 from redis import Redis
 from redis import asyncio as aioredis
+from redis.exceptions import ResponseError
 
+from producer import proposals as rv
 from producer import validation as v
 from producer.core import (
     ENQUEUE_LUA,
@@ -26,8 +29,8 @@ from producer.core import (
     to_neighbours,
     walk_step,
 )
-from producer.errors import InvalidInput
-from producer.protocol import Hit, Neighbour, Note, Reply, Stats, pack
+from producer.errors import InvalidInput, NotFound
+from producer.protocol import Hit, Neighbour, Note, Proposal, Reply, Stats, pack
 from producer.settings import ProducerSettings
 
 
@@ -43,6 +46,7 @@ class MemoryClient:
         )
         self._blocking = Redis.from_url(s.redis_url, socket_timeout=None, **redis_kwargs(s))
         self._enqueue = self._redis.register_script(ENQUEUE_LUA)
+        self._review_lua = self._redis.register_script(rv.REVIEW_LUA)
 
     @property
     def settings(self) -> ProducerSettings:
@@ -157,6 +161,65 @@ class MemoryClient:
             replies = pipe.execute()
         return self._core.parse_stats(ns, replies)
 
+    def proposals(
+        self, namespace: str | None = None, *, status: str | None = None, limit: int = 50
+    ) -> list[Proposal]:
+        """Evolution proposals of a namespace, newest first; ``status`` picks one of
+        pending, applied, rejected, reverted."""
+        ns = self._core.namespace(namespace)
+        wanted = rv.statuses(status)
+        v.check_int(limit, "limit", 1, rv.MAX_LIMIT)
+        with redis_errors():
+            pipe = self._redis.pipeline(transaction=False)
+            for name in wanted:
+                pipe.zrevrange(self.keys.proposals(ns, name), 0, limit - 1, withscores=True)
+            ids = rv.newest(pipe.execute(), limit)
+            pipe = self._redis.pipeline(transaction=False)
+            for pid in ids:
+                pipe.hgetall(self.keys.proposal(ns, pid))
+            rows = pipe.execute()
+        return [rv.parse_proposal(ns, raw) for raw in rows if raw]
+
+    def accept(
+        self, proposal_id: str, *, namespace: str | None = None, agent: str | None = None
+    ) -> Proposal:
+        """Apply a pending proposal; Conflict when its note changed since it was made."""
+        return self._review("accept", proposal_id, namespace, agent)
+
+    def reject(
+        self, proposal_id: str, *, namespace: str | None = None, agent: str | None = None
+    ) -> Proposal:
+        """Turn a pending proposal down; its note is left as it is."""
+        return self._review("reject", proposal_id, namespace, agent)
+
+    def revert(
+        self, proposal_id: str, *, namespace: str | None = None, agent: str | None = None
+    ) -> Proposal:
+        """Undo an applied proposal, restoring the note exactly; Conflict when the note was
+        written since."""
+        return self._review("revert", proposal_id, namespace, agent)
+
+    def _review(
+        self, action: str, proposal_id: str, namespace: str | None, agent: str | None
+    ) -> Proposal:
+        ns = self._core.namespace(namespace)
+        key = self.keys.proposal(ns, v.check_id(proposal_id))
+        actor = v.check_agent(agent) or "unknown"
+        deadline = time.monotonic() + self.settings.reply_timeout_s
+        wait = rv.LOCKED_FIRST_WAIT_S
+        while True:
+            with redis_errors():
+                raw = self._redis.hgetall(key)
+                if not raw:
+                    raise NotFound(f"no proposal {proposal_id!r} in namespace {ns!r}")
+                script_keys, args = rv.review_call(self.keys, ns, action, raw, actor, time.time())
+                try:
+                    return rv.parse_proposal(ns, rv.pairs(self._review_lua(script_keys, args)))
+                except ResponseError as exc:
+                    rv.raise_review_error(exc)
+            wait = rv.next_wait(wait, deadline, ns)
+            time.sleep(wait)
+
     def close(self) -> None:
         self._redis.close()
         self._blocking.close()
@@ -182,6 +245,7 @@ class AsyncMemoryClient:
             s.redis_url, socket_timeout=None, **async_redis_kwargs(s)
         )
         self._enqueue = self._redis.register_script(ENQUEUE_LUA)
+        self._review_lua = self._redis.register_script(rv.REVIEW_LUA)
 
     @property
     def settings(self) -> ProducerSettings:
@@ -285,6 +349,60 @@ class AsyncMemoryClient:
             pipe.hgetall(keys.stats(ns))
             replies = await pipe.execute()
         return self._core.parse_stats(ns, replies)
+
+    async def proposals(
+        self, namespace: str | None = None, *, status: str | None = None, limit: int = 50
+    ) -> list[Proposal]:
+        ns = self._core.namespace(namespace)
+        wanted = rv.statuses(status)
+        v.check_int(limit, "limit", 1, rv.MAX_LIMIT)
+        with redis_errors():
+            pipe = self._redis.pipeline(transaction=False)
+            for name in wanted:
+                pipe.zrevrange(self.keys.proposals(ns, name), 0, limit - 1, withscores=True)
+            ids = rv.newest(await pipe.execute(), limit)
+            pipe = self._redis.pipeline(transaction=False)
+            for pid in ids:
+                pipe.hgetall(self.keys.proposal(ns, pid))
+            rows = await pipe.execute()
+        return [rv.parse_proposal(ns, raw) for raw in rows if raw]
+
+    async def accept(
+        self, proposal_id: str, *, namespace: str | None = None, agent: str | None = None
+    ) -> Proposal:
+        return await self._review("accept", proposal_id, namespace, agent)
+
+    async def reject(
+        self, proposal_id: str, *, namespace: str | None = None, agent: str | None = None
+    ) -> Proposal:
+        return await self._review("reject", proposal_id, namespace, agent)
+
+    async def revert(
+        self, proposal_id: str, *, namespace: str | None = None, agent: str | None = None
+    ) -> Proposal:
+        return await self._review("revert", proposal_id, namespace, agent)
+
+    async def _review(
+        self, action: str, proposal_id: str, namespace: str | None, agent: str | None
+    ) -> Proposal:
+        ns = self._core.namespace(namespace)
+        key = self.keys.proposal(ns, v.check_id(proposal_id))
+        actor = v.check_agent(agent) or "unknown"
+        deadline = time.monotonic() + self.settings.reply_timeout_s
+        wait = rv.LOCKED_FIRST_WAIT_S
+        while True:
+            with redis_errors():
+                raw = await self._redis.hgetall(key)
+                if not raw:
+                    raise NotFound(f"no proposal {proposal_id!r} in namespace {ns!r}")
+                script_keys, args = rv.review_call(self.keys, ns, action, raw, actor, time.time())
+                try:
+                    reply = await self._review_lua(script_keys, args)
+                    return rv.parse_proposal(ns, rv.pairs(reply))
+                except ResponseError as exc:
+                    rv.raise_review_error(exc)
+            wait = rv.next_wait(wait, deadline, ns)
+            await asyncio.sleep(wait)
 
     async def aclose(self) -> None:
         await self._redis.aclose()

@@ -122,6 +122,9 @@ class WorkerSettings(ProducerSettings):
     #: components are split along their weakest links).
     consolidate_min_weight: float = Field(default=0.3, ge=0, le=1)
     consolidate_max_cluster: int = Field(default=12, ge=3, le=200)
+    #: Evolution of the neighbours a new note links to: "off" (the default), "propose" (each
+    #: change waits for accept or reject) or "apply" (each change is made at once, revertible).
+    evolution: Literal["off", "propose", "apply"] = "off"
 
     @property
     def dense_weight_for(self) -> float:
