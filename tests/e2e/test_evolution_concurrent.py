@@ -10,6 +10,7 @@ entry's version and tags, and its content is the last one stored. Links stay two
 
 from __future__ import annotations
 
+import itertools
 import threading
 
 import msgpack
@@ -68,66 +69,73 @@ def applied(ctx: WorkerContext) -> int:
 def test_concurrent_evolution_and_ingest_never_lose_an_update(own_settings: WorkerSettings):
     settings = own_settings.model_copy(update={"evolution": "apply", "sequence_weight": 0.0})
     ctx = WorkerContext.build(settings)
-    stop = threading.Event()
-    errors: list[BaseException] = []
-
-    def evolve_continuously() -> None:
-        try:
-            while not stop.is_set():
-                if not evolve_namespace(ctx, NS):
-                    stop.wait(0.02)
-        except BaseException as exc:  # surfaced by the assertion below
-            errors.append(exc)
-
-    last_content: dict[str, str] = {}
     try:
         with running(settings, ZQ_SEQUENCE_WEIGHT="0"), MemoryClient(settings) as mem:
-            for nid, (text, tags) in seeds().items():
-                mem.store(text, namespace=NS, tags=tags, id=nid)
-                last_content[nid] = text
-            mem.flush(NS, timeout_s=60)
-            evolver = threading.Thread(target=evolve_continuously, daemon=True)
-            evolver.start()
-            for r in range(ROUNDS):
-                before = applied(ctx)
-                for nid, (text, tags) in seeds().items():
-                    content = f"{text} (revision {r})"
-                    mem.store(content, namespace=NS, tags=tags, id=nid)
-                    last_content[nid] = content
-                for topic, texts in TOPICS.items():
-                    mem.store(f"{texts[0]} and again in round {r}", namespace=NS, tags=[topic])
-                wait_until(lambda before=before: applied(ctx) > before, timeout_s=60)
-            mem.flush(NS, timeout_s=60)
-            stop.set()
-            evolver.join(60)
-            assert not errors, errors
-            while evolve_namespace(ctx, NS):
-                pass
+            last_content = ingest_while_evolving(ctx, mem)
+        while evolve_namespace(ctx, NS):
+            pass
 
-        evolved_after_update = updated_after_evolve = 0
-        for nid, content in last_content.items():
-            writes = trail(ctx, nid)
-            ops = [op for op, _, _ in writes]
-            assert ops[0] == "create" and writes[0][2]["version"] == 1, (nid, ops)
-            for (_, _, prev), (op, before, after) in zip(writes, writes[1:], strict=False):
-                assert after["version"] == prev["version"] + 1, (nid, ops)
-                if op == "evolve":
-                    assert before["version"] == prev["version"], (nid, ops)
-                    assert before["tags"] == prev["tags"], (nid, ops)
-            pairs = list(zip(ops, ops[1:], strict=False))
-            evolved_after_update += ("update", "evolve") in pairs
-            updated_after_evolve += ("evolve", "update") in pairs
-            note = mem_note(ctx, nid)
-            assert note["version"] == writes[-1][2]["version"]
-            assert note["tags"] == writes[-1][2]["tags"]
-            assert note["content"] == content
-        assert evolved_after_update and updated_after_evolve
+        orders = [check_trail(ctx, nid, content) for nid, content in last_content.items()]
+
+        assert any(("update", "evolve") in pairs for pairs in orders)  # evolution after ingest
+        assert any(("evolve", "update") in pairs for pairs in orders)  # ingest after evolution
         assert check_namespace(ctx, NS) == []
     finally:
-        stop.set()
         ctx.close()
 
 
-def mem_note(ctx: WorkerContext, nid: str) -> dict[str, object]:
+def ingest_while_evolving(ctx: WorkerContext, mem: MemoryClient) -> dict[str, str]:
+    """Seed, then ROUNDS rounds of re-stores and new linked notes while a thread evolves the
+    namespace continuously (each round waits for an evolution to land); return each seed id's
+    last stored content."""
+    last_content: dict[str, str] = {}
+    for nid, (text, tags) in seeds().items():
+        mem.store(text, namespace=NS, tags=tags, id=nid)
+        last_content[nid] = text
+    mem.flush(NS, timeout_s=60)
+    stop = threading.Event()
+    errors: list[BaseException] = []
+    evolver = threading.Thread(target=evolve_until, args=(ctx, stop, errors), daemon=True)
+    evolver.start()
+    try:
+        for r in range(ROUNDS):
+            before = applied(ctx)
+            for nid, (text, tags) in seeds().items():
+                last_content[nid] = f"{text} (revision {r})"
+                mem.store(last_content[nid], namespace=NS, tags=tags, id=nid)
+            for topic, texts in TOPICS.items():
+                mem.store(f"{texts[0]} and again in round {r}", namespace=NS, tags=[topic])
+            wait_until(lambda before=before: applied(ctx) > before, timeout_s=60)
+        mem.flush(NS, timeout_s=60)
+    finally:
+        stop.set()
+        evolver.join(60)
+    assert not errors, errors
+    return last_content
+
+
+def evolve_until(ctx: WorkerContext, stop: threading.Event, errors: list[BaseException]) -> None:
+    try:
+        while not stop.is_set():
+            if not evolve_namespace(ctx, NS):
+                stop.wait(0.02)
+    except BaseException as exc:  # handed to the test thread, which fails on it
+        errors.append(exc)
+
+
+def check_trail(ctx: WorkerContext, nid: str, content: str) -> list[tuple[str, str]]:
+    """Assert that the writes of ``nid`` form one unbroken version chain ending in its stored
+    state; return the (op, next op) pairs of the chain."""
+    writes = trail(ctx, nid)
+    ops = [op for op, _, _ in writes]
+    assert ops[0] == "create" and writes[0][2]["version"] == 1, (nid, ops)
+    for (_, _, prev), (op, before, after) in itertools.pairwise(writes):
+        assert after["version"] == prev["version"] + 1, (nid, ops)
+        if op == "evolve":
+            assert before["version"] == prev["version"], (nid, ops)
+            assert before["tags"] == prev["tags"], (nid, ops)
     raw = ctx.redis.hmget(ctx.keys.note(NS, nid), ["version", "tags", "content"])
-    return {"version": int(raw[0]), "tags": msgpack.unpackb(raw[1]), "content": raw[2].decode()}
+    assert int(raw[0]) == writes[-1][2]["version"]
+    assert msgpack.unpackb(raw[1]) == writes[-1][2]["tags"]
+    assert raw[2].decode() == content
+    return list(itertools.pairwise(ops))
