@@ -23,12 +23,11 @@ may set a one-line context:
 Keywords are not evolved: they derive from the content and are the linker's evidence, held in
 every worker's projection.
 
-Commit. Under the namespace lock the neighbours are read again; one written since it was read
-(version, updated_at or an evolved field differs), no longer active, or with a pending proposal
-already is skipped (counted ``evolve_stale``), so evolution never overwrites what ingest wrote
-meanwhile. The rest become proposals (record and review steps: ``producer.proposals``) in one
-fenced MULTI/EXEC with their audit entries and the advanced audit cursor: applied at once in
-"apply" mode (version + 1, audit "evolve"), pending in "propose" mode (audit "evolve-propose").
+Commit (``worker.proposals``). Under the namespace lock each neighbour is read again; one
+written since it was read, no longer active, or with a pending proposal already is skipped, so
+evolution never overwrites what ingest wrote meanwhile. The rest become proposals in one fenced
+MULTI/EXEC with their audit entries and the advanced audit cursor: applied at once in "apply"
+mode, pending in "propose" mode. The LLM calls and the reads happen before, outside the lock.
 """
 
 from __future__ import annotations
@@ -43,20 +42,18 @@ from typing import Annotated, Any
 
 import msgpack
 from pydantic import BaseModel, Field, StringConstraints, model_validator
-from redis.client import Pipeline
 
 from producer import validation
 from producer.errors import InvalidInput
 from producer.proposals import decode_value
-from producer.protocol import new_id
-from worker import llm, notes
+from worker import llm
 from worker.consolidation import STRUCTURAL_REASONS
 from worker.context import WorkerContext
 from worker.graph import link_reason
 from worker.ingest import RARITY_PSEUDO_DOCS
-from worker.lease import Lease
 from worker.lexical import stem
 from worker.projection import catch_up
+from worker.proposals import SNAPSHOT, Draft, Raw, commit_drafts
 
 log = logging.getLogger(__name__)
 
@@ -72,24 +69,7 @@ CONTEXT_MAX_CHARS = 300  #: longest context the model may set
 PROMPT_NOTE_CHARS = 400  #: each note's content is cut to this in a prompt
 MAX_NAMESPACES_PER_RUN = 20  #: namespaces evolve_all visits per run
 TRIGGER_OPS = frozenset({"create", "update"})  #: audit ops whose links can trigger evolution
-EVOLVED = ("tags", "context")  #: the note fields evolution may change
-SNAPSHOT = (*EVOLVED, "version", "updated_at")  #: raw values a proposal records before/after
 READ = (*SNAPSHOT, "status", "keywords", "content")  #: fields read of every note involved
-
-Raw = dict[str, bytes | None]  #: a note's READ fields as HMGET returns them
-
-
-@dataclass(frozen=True)
-class Draft:
-    """A change to propose: the note, its SNAPSHOT values as read, the new field values."""
-
-    note: str
-    raw: Raw
-    after: dict[str, Any]
-    source: str
-    reason: str
-    triggers: tuple[str, ...]
-    batch: tuple[str, ...]
 
 
 @dataclass
@@ -228,7 +208,7 @@ def evolve_namespace(ctx: WorkerContext, ns: str) -> int:
     entries = ctx.redis.xrange(ctx.keys.audit(ns), min=start, count=MAX_AUDIT_PER_RUN)
     triggers, last = read_triggers(entries)
     drafts = _drafts(ctx, ns, triggers) if triggers else []
-    written = _commit(ctx, ns, drafts, last, mode) if last is not None else 0
+    written = commit_drafts(ctx, ns, drafts, last, mode) if last is not None else 0
     if last is None or (len(entries) < MAX_AUDIT_PER_RUN and last == entries[-1][0]):
         ctx.redis.hset(ctx.keys.stats(ns), "last_evolve", now)
     log.info(
@@ -301,20 +281,22 @@ def _topical(
     return out
 
 
-def _read(ctx: WorkerContext, ns: str, ids: Sequence[str]) -> dict[str, Raw]:
-    """The READ fields of each id that is an active note."""
+def _read(
+    ctx: WorkerContext, ns: str, ids: Sequence[str], names: Sequence[str] = READ
+) -> dict[str, Raw]:
+    """The fields ``names`` (which include status) of each id that is an active note."""
     unique = list(dict.fromkeys(ids))
     pipe = ctx.redis.pipeline(transaction=False)
     for nid in unique:
-        pipe.hmget(ctx.keys.note(ns, nid), list(READ))
-    rows = [dict(zip(READ, row, strict=True)) for row in pipe.execute()]
+        pipe.hmget(ctx.keys.note(ns, nid), list(names))
+    rows = [dict(zip(names, row, strict=True)) for row in pipe.execute()]
     return {nid: row for nid, row in zip(unique, rows, strict=True) if row["status"] == b"active"}
 
 
 def _rule_drafts(ctx: WorkerContext, ns: str, work: Round) -> list[Draft]:
     s = ctx.settings
     sample = _topical(ctx, ns, list(work.neighbours), CONSENSUS_SAMPLE)
-    voters = _read(ctx, ns, [v for row in sample.values() for v, _ in row])
+    voters = _read(ctx, ns, [v for row in sample.values() for v, _ in row], ("tags", "status"))
     words = {kw for nid in work.fields for kw in work.decoded(nid, "keywords") or []}
     rarity = _rarity(ctx, ns, words)
     drafts = []
@@ -375,7 +357,7 @@ def _model_draft(
     after: dict[str, Any] = {}
     new = added_tags(tags, change.add_tags, MAX_NEW_TAGS, s.max_tags)
     try:
-        validation.check_tags([*tags, *new], max(s.max_tags, len(tags)), s.max_tag_chars)
+        validation.check_tags(new, MAX_NEW_TAGS, s.max_tag_chars)
     except InvalidInput as exc:
         log.warning("evolution: model tags for note=%s refused: %s", nid, exc)
         return None
@@ -417,103 +399,3 @@ def _content(work: Round, nid: str) -> str:
     if nid not in work.fields:
         return "(no longer active)"
     return str(work.decoded(nid, "content") or "")[:PROMPT_NOTE_CHARS]
-
-
-def _commit(ctx: WorkerContext, ns: str, drafts: list[Draft], cursor: bytes, mode: str) -> int:
-    """Under the namespace lock, write the drafts whose notes are unchanged, and the cursor."""
-    keys = ctx.keys
-    if not drafts:
-        ctx.redis.set(keys.evolved(ns), cursor)
-        return 0
-    with Lease(ctx.redis, keys.lock(ns), ctx.settings.lease_s, owner=ctx.consumer) as lease:
-        fresh = _unchanged(ctx, ns, drafts)
-        now = time.time()
-        with lease.fenced() as pipe:
-            for draft in fresh:
-                _write(pipe, ctx, ns, draft, mode, now)
-            pipe.set(keys.evolved(ns), cursor)
-            if fresh:
-                pipe.hincrby(keys.stats(ns), f"evolve_{_status(mode)}", len(fresh))
-            if len(fresh) < len(drafts):
-                pipe.hincrby(keys.stats(ns), "evolve_stale", len(drafts) - len(fresh))
-            pipe.execute()
-    return len(fresh)
-
-
-def _unchanged(ctx: WorkerContext, ns: str, drafts: list[Draft]) -> list[Draft]:
-    """The drafts whose note is active, holds what was read, and has no pending proposal."""
-    pipe = ctx.redis.pipeline(transaction=False)
-    for d in drafts:
-        pipe.hmget(ctx.keys.note(ns, d.note), [*SNAPSHOT, "status"])
-        pipe.hget(ctx.keys.proposed(ns), d.note)
-    replies = pipe.execute()
-    fresh = []
-    for i, d in enumerate(drafts):
-        *values, status = replies[2 * i]
-        same = dict(zip(SNAPSHOT, values, strict=True)) == d.raw
-        if status == b"active" and same and replies[2 * i + 1] is None:
-            fresh.append(d)
-    return fresh
-
-
-def _status(mode: str) -> str:
-    return "applied" if mode == "apply" else "pending"
-
-
-def _write(pipe: Pipeline, ctx: WorkerContext, ns: str, d: Draft, mode: str, now: float) -> None:
-    """One proposal record, its status index and audit entry; in apply mode the note too."""
-    keys, pid, status = ctx.keys, new_id(), _status(mode)
-    version = int(d.raw["version"] or 0)
-    names = [*d.after, "version", "updated_at"]
-    after_raw = {
-        **notes.encode_fields(d.after),
-        "version": str(version + 1),
-        "updated_at": repr(now),
-    }
-    record: dict[str, Any] = {
-        "id": pid,
-        "note": d.note,
-        "status": status,
-        "source": d.source,
-        "reason": d.reason,
-        "fields": " ".join(d.after),
-        "triggers": msgpack.packb(list(d.triggers), use_bin_type=True),
-        "batch": msgpack.packb(list(d.batch), use_bin_type=True),
-        "created_at": repr(now),
-        "updated_at": repr(now),
-    }
-    for name in names:
-        if d.raw[name] is not None:
-            record[f"b:{name}"] = d.raw[name]
-        record[f"a:{name}"] = after_raw[name]
-    pipe.hset(keys.proposal(ns, pid), mapping=record)
-    pipe.zadd(keys.proposals(ns, status), {pid: now})
-    before = {**{n: decode_value(n, d.raw[n]) for n in d.after}, "version": version}
-    after = {**d.after, "version": version + 1}
-    source = f"{d.source} proposal:{pid}"
-    if mode == "apply":
-        pipe.hset(keys.note(ns, d.note), mapping={n: after_raw[n] for n in names})
-        notes.audit(
-            pipe,
-            keys,
-            ns,
-            "evolve",
-            d.note,
-            actor="worker",
-            source=source,
-            before=before,
-            after=after,
-        )
-    else:
-        pipe.hset(keys.proposed(ns), d.note, pid)
-        notes.audit(
-            pipe,
-            keys,
-            ns,
-            "evolve-propose",
-            d.note,
-            actor="worker",
-            source=source,
-            before=before,
-            after={**after, "status": "pending"},
-        )
