@@ -41,6 +41,8 @@ P:{ns}:proposals:<status>      zset    proposal id -> creation time, one set per
                                        (pending | applied | rejected | reverted)
 P:{ns}:proposed                hash    note id -> its pending proposal id (at most one per note)
 P:{ns}:evolved                 string  id of the last audit entry evolution has read
+P:{ns}:refused                 hash    note id -> packed tags a reviewer rejected or reverted
+                                       for it; evolution never proposes them again
 =============================  ======  ==========================================================
 """
 
@@ -140,3 +142,6 @@ class Keys:
 
     def evolved(self, ns: str) -> str:
         return f"{self.prefix}:{{{ns}}}:evolved"
+
+    def refused(self, ns: str) -> str:
+        return f"{self.prefix}:{{{ns}}}:refused"

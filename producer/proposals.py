@@ -12,6 +12,9 @@ review script (REVIEW_LUA) checks and writes in one EVALSHA:
   updated_at included, so the note hash is again what it was before the change.
 - ``reject`` (pending -> rejected) changes no note.
 
+The tags a rejected or reverted proposal added (its ``added`` field) join the note's entry in
+``Keys.refused``, so evolution never proposes them for that note again.
+
 Otherwise nothing is written and the caller gets ``Conflict``. The script also refuses (LOCKED)
 while a worker holds the namespace lock, because a worker reads a note and writes it back under
 that lock: a review slipped in between would be overwritten. Clients retry a busy review until
@@ -43,7 +46,7 @@ MAX_LIMIT = 1_000  #: most proposals one proposals() call returns
 LOCKED_FIRST_WAIT_S = 0.002  #: first wait before a locked review is retried (doubling)
 LOCKED_MAX_WAIT_S = 0.05  #: longest wait between retries
 
-#: KEYS: lock, proposal, note, audit, proposed, proposals:<from>, proposals:<to>.
+#: KEYS: lock, proposal, note, audit, proposed, proposals:<from>, proposals:<to>, refused.
 #: ARGV: action, note id, now, actor, status needed, status left, audit op, packed audit
 #: before, packed audit after, proposal id, audit source. Returns the proposal's HGETALL.
 REVIEW_LUA = """
@@ -79,6 +82,13 @@ if ARGV[1] ~= 'reject' then
       redis.call('HDEL', KEYS[3], name)
     end
   end
+end
+local added = redis.call('HGET', KEYS[2], 'added')
+if added and ARGV[1] ~= 'accept' then
+  local old = redis.call('HGET', KEYS[8], ARGV[2])
+  local refused = old and cmsgpack.unpack(old) or {}
+  for _, tag in ipairs(cmsgpack.unpack(added)) do refused[#refused + 1] = tag end
+  redis.call('HSET', KEYS[8], ARGV[2], cmsgpack.pack(refused))
 end
 redis.call('HSET', KEYS[2], 'status', ARGV[6], 'updated_at', ARGV[3])
 if redis.call('HGET', KEYS[5], ARGV[2]) == ARGV[10] then redis.call('HDEL', KEYS[5], ARGV[2]) end
@@ -154,6 +164,7 @@ def review_call(
         keys.proposed(ns),
         keys.proposals(ns, needed),
         keys.proposals(ns, left),
+        keys.refused(ns),
     ]
     args: list[str | bytes] = [
         action,

@@ -8,8 +8,9 @@ A trigger's neighbours are its MAX_NEIGHBOURS strongest current topical links (s
 such as "sequence" or "abstracted_from" say nothing about subject); a neighbour reached from
 several triggers is considered once, with all of them.
 
-Proposals. Each neighbour gets at most one, which only ever adds tags (a caller's tags stay) and
-may set a one-line context:
+Proposals. Each neighbour gets at most one, which only ever adds tags (a caller's tags stay, and
+tags a reviewer rejected or reverted for it are never proposed again) and may set a one-line
+context:
 - rule (the default), at most MAX_NEW_TAGS tags, each for a stated reason:
   - "shared": a keyword the neighbour shares with its triggers that is rare in the namespace
     (IDF at least ``link_min_shared_idf``, the linker's own bar) and not yet one of its tags;
@@ -74,12 +75,13 @@ READ = (*SNAPSHOT, "status", "keywords", "content")  #: fields read of every not
 
 @dataclass
 class Round:
-    """What one run works on: triggers (id -> batch), neighbours (id -> their triggers) and
-    the READ fields of every active note among them."""
+    """What one run works on: triggers (id -> batch), neighbours (id -> their triggers), the
+    READ fields of every active note among them, and the tags refused for each neighbour."""
 
     triggers: dict[str, list[str]]
     neighbours: dict[str, list[str]]
     fields: dict[str, Raw]
+    refused: dict[str, set[str]]  #: tags reviewers refused, per neighbour
 
     def batch(self, triggers: Iterable[str]) -> tuple[str, ...]:
         return tuple(dict.fromkeys(src for t in triggers for src in self.triggers[t]))
@@ -248,9 +250,9 @@ def _drafts(ctx: WorkerContext, ns: str, triggers: dict[str, list[str]]) -> list
             neighbours.setdefault(nb, []).append(trigger)
     fields = _read(ctx, ns, [*neighbours, *triggers])
     active = {nb: ts for nb, ts in neighbours.items() if nb in fields}
-    work = Round(triggers, active, fields)
     if not active:
         return []
+    work = Round(triggers, active, fields, _refused(ctx, ns, list(active)))
     if ctx.settings.llm_url is not None:
         return _model_drafts(ctx, ns, work)
     return _rule_drafts(ctx, ns, work)
@@ -293,6 +295,11 @@ def _read(
     return {nid: row for nid, row in zip(unique, rows, strict=True) if row["status"] == b"active"}
 
 
+def _refused(ctx: WorkerContext, ns: str, ids: list[str]) -> dict[str, set[str]]:
+    rows = ctx.redis.hmget(ctx.keys.refused(ns), ids)
+    return {nid: set(msgpack.unpackb(row)) for nid, row in zip(ids, rows, strict=True) if row}
+
+
 def _rule_drafts(ctx: WorkerContext, ns: str, work: Round) -> list[Draft]:
     s = ctx.settings
     sample = _topical(ctx, ns, list(work.neighbours), CONSENSUS_SAMPLE)
@@ -309,7 +316,10 @@ def _rule_drafts(ctx: WorkerContext, ns: str, work: Round) -> list[Draft]:
         votes = [
             decode_value("tags", voters[v]["tags"]) or [] for v, _ in sample[nb] if v in voters
         ]
-        change = rule_change(tags, shared, consensus_tags(tags, votes), len(votes), s.max_tags)
+        refused = work.refused.get(nb, set())
+        agreed = [(t, c) for t, c in consensus_tags(tags, votes) if t not in refused]
+        offered = [t for t in shared if t not in refused]
+        change = rule_change(tags, offered, agreed, len(votes), s.max_tags)
         if change is not None:
             after = {"tags": change[0]}
             drafts.append(_draft(work, nb, after, "rule", change[1], triggers))
@@ -355,7 +365,8 @@ def _model_draft(
     s = ctx.settings
     tags = work.decoded(nid, "tags") or []
     after: dict[str, Any] = {}
-    new = added_tags(tags, change.add_tags, MAX_NEW_TAGS, s.max_tags)
+    offered = [t for t in change.add_tags if t not in work.refused.get(nid, set())]
+    new = added_tags(tags, offered, MAX_NEW_TAGS, s.max_tags)
     try:
         validation.check_tags(new, MAX_NEW_TAGS, s.max_tag_chars)
     except InvalidInput as exc:

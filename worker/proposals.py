@@ -7,7 +7,8 @@ a note no longer active, written since its draft was read (version, updated_at o
 field differs) or with a pending proposal already is skipped and counted ``evolve_stale``. The
 rest are written in one fenced MULTI/EXEC with their audit entries: applied at once in "apply"
 mode (the note's fields, version + 1 and updated_at; audit "evolve"), pending in "propose" mode
-(audit "evolve-propose"; ``Keys.proposed`` remembers the note's pending proposal).
+(audit "evolve-propose"; ``Keys.proposed`` remembers the note's pending proposal). A record
+lists the tags it adds (``added``), which a reject or revert adds to ``Keys.refused``.
 """
 
 from __future__ import annotations
@@ -111,6 +112,10 @@ def _write(pipe: Pipeline, ctx: WorkerContext, ns: str, d: Draft, mode: str, now
         "created_at": repr(now),
         "updated_at": repr(now),
     }
+    if "tags" in d.after:
+        old_tags = decode_value("tags", d.raw["tags"]) or []
+        added = [t for t in d.after["tags"] if t not in old_tags]
+        record["added"] = msgpack.packb(added, use_bin_type=True)
     for name in names:
         if d.raw[name] is not None:
             record[f"b:{name}"] = d.raw[name]

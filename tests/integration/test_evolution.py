@@ -243,6 +243,32 @@ def test_a_note_with_a_pending_proposal_gets_no_second_one(propose_ctx):
         assert int(propose_ctx.redis.hget(propose_ctx.keys.stats(NS), "evolve_stale")) >= 1
 
 
+MORE_BILLING = "Snowflake warehouse credits run out at month end"
+
+
+@pytest.mark.parametrize("mode", ["propose", "apply"])
+def test_tags_a_reviewer_refused_are_not_proposed_again(redis_db, tmp_path, mode):
+    ctx = build(tmp_path, evolution=mode)
+    try:
+        with MemoryClient(ctx.settings) as mem:
+            seed(ctx, mem)
+            evolve_namespace(ctx, NS)
+            ((p),) = mem.proposals(NS)
+            refused = set(p.after["tags"]) - set(p.before["tags"])
+            (mem.reject if mode == "propose" else mem.revert)(p.id, namespace=NS)
+            mem.store(MORE_BILLING, namespace=NS, tags=["billing"], id="more")
+            drain_all(ctx)
+            assert "n" in mem.get("more", namespace=NS).links
+
+            evolve_namespace(ctx, NS)
+
+            later = [q for q in mem.proposals(NS) if q.note == "n" and q.id != p.id]
+            assert all(not refused & set(q.after["tags"]) for q in later)
+            assert refused.isdisjoint(mem.get("n", namespace=NS).tags)
+    finally:
+        ctx.close()
+
+
 def test_a_review_waits_for_the_namespace_lock(propose_ctx):
     with MemoryClient(propose_ctx.settings) as mem:
         seed(propose_ctx, mem)

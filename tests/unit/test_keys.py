@@ -24,6 +24,7 @@ NAMESPACE_KEYS: list[Callable[[Keys, str], str]] = [
     lambda k, ns: k.proposals(ns, "pending"),
     Keys.proposed,
     Keys.evolved,
+    Keys.refused,
 ]
 SHARD_KEYS: list[Callable[[Keys, int], str]] = [Keys.inbox, Keys.lease, Keys.kicked]
 GLOBAL_KEYS: list[Callable[[Keys], str]] = [
