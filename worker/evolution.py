@@ -200,6 +200,7 @@ def rule_change(
 def evolve_namespace(ctx: WorkerContext, ns: str) -> int:
     """Evolve the neighbours of the notes linked since the last run (at most MAX_TRIGGERS of
     them); return how many proposals were made (applied or pending). Nothing when off."""
+    validation.check_namespace(ns)
     mode = ctx.settings.evolution
     if mode == "off":
         return 0
