@@ -228,7 +228,7 @@ class Proposal(BaseModel):
     fields: list[str]  #: the note fields it changes
     before: dict[str, JsonValue] = Field(default_factory=dict)  #: their values before
     after: dict[str, JsonValue] = Field(default_factory=dict)  #: and after
-    source: str  #: the rule ("rule:...") or model ("model:...") that proposed it
+    source: str  #: what proposed it: "rule" or "model:<name>"
     reason: str = ""
     triggers: list[str] = Field(default_factory=list)  #: the new notes whose links set it off
     batch: list[str] = Field(default_factory=list)  #: the inbox entries that wrote them

@@ -25,6 +25,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from producer import Conflict, MemoryClient, NotFound
+from producer.proposals import STATUSES
 from worker.settings import WorkerSettings
 
 log = logging.getLogger(__name__)
@@ -72,7 +73,7 @@ def _parser() -> argparse.ArgumentParser:
     )
     proposals.add_argument("action", choices=["list", "accept", "reject", "revert"])
     proposals.add_argument("id", nargs="?", help="the proposal (accept, reject, revert)")
-    proposals.add_argument("--status", choices=["pending", "applied", "rejected", "reverted"])
+    proposals.add_argument("--status", choices=STATUSES)
     proposals.add_argument("--limit", type=int, default=20)
     for sp in (store, search, get, proposals, *_namespaced(sub)):
         sp.add_argument("-n", "--namespace", default=None)
