@@ -9,6 +9,7 @@ from producer.client import AsyncMemoryClient, MemoryClient
 from producer.errors import (
     AccessDenied,
     Backpressure,
+    Conflict,
     InvalidInput,
     JobFailed,
     NotFound,
@@ -24,6 +25,7 @@ from producer.protocol import (
     Neighbour,
     Note,
     Organised,
+    Proposal,
     Stats,
 )
 from producer.settings import ProducerSettings
@@ -33,6 +35,7 @@ __all__ = [
     "AccessDenied",
     "AsyncMemoryClient",
     "Backpressure",
+    "Conflict",
     "Hit",
     "InvalidInput",
     "JobFailed",
@@ -43,6 +46,7 @@ __all__ = [
     "Note",
     "Organised",
     "ProducerSettings",
+    "Proposal",
     "ProtocolError",
     "ReplyTimeout",
     "Stats",

@@ -7,13 +7,16 @@ round trip.
 
 from __future__ import annotations
 
+import asyncio
 import time
 from collections.abc import Mapping, Sequence
 from typing import Any
 
 from redis import Redis
 from redis import asyncio as aioredis
+from redis.exceptions import ResponseError
 
+from producer import proposals as rv
 from producer import validation as v
 from producer.core import (
     ENQUEUE_LUA,
@@ -26,8 +29,19 @@ from producer.core import (
     to_neighbours,
     walk_step,
 )
-from producer.errors import InvalidInput
-from producer.protocol import Hit, Neighbour, Note, Organised, Reply, Stats, pack
+from producer.errors import InvalidInput, NotFound
+from producer.protocol import (
+    Hit,
+    Neighbour,
+    Note,
+    Organised,
+    OrganiseJob,
+    Proposal,
+    Reply,
+    SearchJob,
+    Stats,
+    pack,
+)
 from producer.settings import ProducerSettings
 
 #: A reply is awaited in BLPOPs of at most this long, on a connection whose socket times out a
@@ -50,6 +64,7 @@ class MemoryClient:
             s.redis_url, socket_timeout=WAIT_SLICE_S + s.socket_timeout_s, **redis_kwargs(s)
         )
         self._enqueue = self._redis.register_script(ENQUEUE_LUA)
+        self._review_lua = self._redis.register_script(rv.REVIEW_LUA)
 
     @property
     def settings(self) -> ProducerSettings:
@@ -109,16 +124,19 @@ class MemoryClient:
 
     def _ask(self, kind: str, namespace: Namespaces | None, **fields: Any) -> Reply:
         job = self._core.search_job(kind, namespace, **fields)
-        keys = self.keys
-        reply_key = keys.reply(job.job_id)
+        return self._core.parse_reply(self._request(self.keys.search_queue(), job), job)
+
+    def _request(self, queue: str, job: SearchJob | OrganiseJob) -> Any:
+        """Queue ``job`` and wait for its reply until its deadline (None when none came)."""
+        reply_key = self.keys.reply(job.job_id)
         with redis_errors():
             pipe = self._blocking.pipeline(transaction=False)
-            pipe.lpush(keys.search_queue(), pack(job))
+            pipe.lpush(queue, pack(job))
             pipe.blpop([reply_key], timeout=_wait(job.deadline))
             raw = pipe.execute()[1]
             while raw is None and job.deadline > time.time():
                 raw = self._blocking.blpop([reply_key], timeout=_wait(job.deadline))
-        return self._core.parse_reply(raw, job)
+        return raw
 
     def get(self, note_id: str, *, namespace: str | None = None) -> Note:
         """The stored note with its links; NotFound when absent, tombstoned or not organised yet."""
@@ -179,16 +197,71 @@ class MemoryClient:
         worker, after organising what is queued for it. With ``wait`` return once done, with
         the work each job did; without, return as soon as the request is queued."""
         job = self._core.organise_job(namespace, wait=wait, timeout_s=timeout_s, jobs=jobs)
-        queue, reply_key = self.keys.organise_queue(), self.keys.reply(job.job_id)
-        with redis_errors():
-            if not job.wait:
+        queue = self.keys.organise_queue()
+        if not job.wait:
+            with redis_errors():
                 self._redis.lpush(queue, pack(job))
-                return self._core.organised(job, None)
-            pipe = self._blocking.pipeline(transaction=False)
-            pipe.lpush(queue, pack(job))
-            pipe.blpop([reply_key], timeout=max(job.deadline - time.time(), 0.01))
-            raw = pipe.execute()[1]
-        return self._core.organised(job, self._core.parse_reply(raw, job))
+            return self._core.organised(job, None)
+        return self._core.organised(job, self._core.parse_reply(self._request(queue, job), job))
+
+    def proposals(
+        self, namespace: str | None = None, *, status: str | None = None, limit: int = 50
+    ) -> list[Proposal]:
+        """Evolution proposals of a namespace, newest first; ``status`` picks one of
+        pending, applied, rejected, reverted."""
+        ns = self._core.namespace(namespace)
+        wanted = rv.statuses(status)
+        v.check_int(limit, "limit", 1, rv.MAX_LIMIT)
+        with redis_errors():
+            pipe = self._redis.pipeline(transaction=False)
+            for name in wanted:
+                pipe.zrevrange(self.keys.proposals(ns, name), 0, limit - 1, withscores=True)
+            ids = rv.newest(pipe.execute(), limit)
+            pipe = self._redis.pipeline(transaction=False)
+            for pid in ids:
+                pipe.hgetall(self.keys.proposal(ns, pid))
+            rows = pipe.execute()
+        return [rv.parse_proposal(ns, raw) for raw in rows if raw]
+
+    def accept(
+        self, proposal_id: str, *, namespace: str | None = None, agent: str | None = None
+    ) -> Proposal:
+        """Apply a pending proposal; Conflict when its note changed since it was made."""
+        return self._review("accept", proposal_id, namespace, agent)
+
+    def reject(
+        self, proposal_id: str, *, namespace: str | None = None, agent: str | None = None
+    ) -> Proposal:
+        """Turn a pending proposal down; its note is left as it is."""
+        return self._review("reject", proposal_id, namespace, agent)
+
+    def revert(
+        self, proposal_id: str, *, namespace: str | None = None, agent: str | None = None
+    ) -> Proposal:
+        """Undo an applied proposal, restoring the note exactly; Conflict when the note was
+        written since."""
+        return self._review("revert", proposal_id, namespace, agent)
+
+    def _review(
+        self, action: str, proposal_id: str, namespace: str | None, agent: str | None
+    ) -> Proposal:
+        ns = self._core.namespace(namespace)
+        key = self.keys.proposal(ns, v.check_id(proposal_id))
+        actor = v.check_agent(agent) or "unknown"
+        deadline = time.monotonic() + self.settings.reply_timeout_s
+        wait = rv.LOCKED_FIRST_WAIT_S
+        while True:
+            with redis_errors():
+                raw = self._redis.hgetall(key)
+                if not raw:
+                    raise NotFound(f"no proposal {proposal_id!r} in namespace {ns!r}")
+                script_keys, args = rv.review_call(self.keys, ns, action, raw, actor, time.time())
+                try:
+                    return rv.parse_proposal(ns, rv.pairs(self._review_lua(script_keys, args)))
+                except ResponseError as exc:
+                    rv.raise_review_error(exc)
+            wait = rv.next_wait(wait, deadline, ns)
+            time.sleep(wait)
 
     def close(self) -> None:
         self._redis.close()
@@ -215,6 +288,7 @@ class AsyncMemoryClient:
             s.redis_url, socket_timeout=WAIT_SLICE_S + s.socket_timeout_s, **async_redis_kwargs(s)
         )
         self._enqueue = self._redis.register_script(ENQUEUE_LUA)
+        self._review_lua = self._redis.register_script(rv.REVIEW_LUA)
 
     @property
     def settings(self) -> ProducerSettings:
@@ -267,16 +341,18 @@ class AsyncMemoryClient:
 
     async def _ask(self, kind: str, namespace: Namespaces | None, **fields: Any) -> Reply:
         job = self._core.search_job(kind, namespace, **fields)
-        keys = self.keys
-        reply_key = keys.reply(job.job_id)
+        return self._core.parse_reply(await self._request(self.keys.search_queue(), job), job)
+
+    async def _request(self, queue: str, job: SearchJob | OrganiseJob) -> Any:
+        reply_key = self.keys.reply(job.job_id)
         with redis_errors():
             pipe = self._blocking.pipeline(transaction=False)
-            pipe.lpush(keys.search_queue(), pack(job))
+            pipe.lpush(queue, pack(job))
             pipe.blpop([reply_key], timeout=_wait(job.deadline))
             raw = (await pipe.execute())[1]
             while raw is None and job.deadline > time.time():
                 raw = await self._blocking.blpop([reply_key], timeout=_wait(job.deadline))
-        return self._core.parse_reply(raw, job)
+        return raw
 
     async def get(self, note_id: str, *, namespace: str | None = None) -> Note:
         ns = self._core.namespace(namespace)
@@ -331,16 +407,67 @@ class AsyncMemoryClient:
         jobs: Sequence[str] | None = None,
     ) -> Organised:
         job = self._core.organise_job(namespace, wait=wait, timeout_s=timeout_s, jobs=jobs)
-        queue, reply_key = self.keys.organise_queue(), self.keys.reply(job.job_id)
-        with redis_errors():
-            if not job.wait:
+        queue = self.keys.organise_queue()
+        if not job.wait:
+            with redis_errors():
                 await self._redis.lpush(queue, pack(job))
-                return self._core.organised(job, None)
-            pipe = self._blocking.pipeline(transaction=False)
-            pipe.lpush(queue, pack(job))
-            pipe.blpop([reply_key], timeout=max(job.deadline - time.time(), 0.01))
-            raw = (await pipe.execute())[1]
+            return self._core.organised(job, None)
+        raw = await self._request(queue, job)
         return self._core.organised(job, self._core.parse_reply(raw, job))
+
+    async def proposals(
+        self, namespace: str | None = None, *, status: str | None = None, limit: int = 50
+    ) -> list[Proposal]:
+        ns = self._core.namespace(namespace)
+        wanted = rv.statuses(status)
+        v.check_int(limit, "limit", 1, rv.MAX_LIMIT)
+        with redis_errors():
+            pipe = self._redis.pipeline(transaction=False)
+            for name in wanted:
+                pipe.zrevrange(self.keys.proposals(ns, name), 0, limit - 1, withscores=True)
+            ids = rv.newest(await pipe.execute(), limit)
+            pipe = self._redis.pipeline(transaction=False)
+            for pid in ids:
+                pipe.hgetall(self.keys.proposal(ns, pid))
+            rows = await pipe.execute()
+        return [rv.parse_proposal(ns, raw) for raw in rows if raw]
+
+    async def accept(
+        self, proposal_id: str, *, namespace: str | None = None, agent: str | None = None
+    ) -> Proposal:
+        return await self._review("accept", proposal_id, namespace, agent)
+
+    async def reject(
+        self, proposal_id: str, *, namespace: str | None = None, agent: str | None = None
+    ) -> Proposal:
+        return await self._review("reject", proposal_id, namespace, agent)
+
+    async def revert(
+        self, proposal_id: str, *, namespace: str | None = None, agent: str | None = None
+    ) -> Proposal:
+        return await self._review("revert", proposal_id, namespace, agent)
+
+    async def _review(
+        self, action: str, proposal_id: str, namespace: str | None, agent: str | None
+    ) -> Proposal:
+        ns = self._core.namespace(namespace)
+        key = self.keys.proposal(ns, v.check_id(proposal_id))
+        actor = v.check_agent(agent) or "unknown"
+        deadline = time.monotonic() + self.settings.reply_timeout_s
+        wait = rv.LOCKED_FIRST_WAIT_S
+        while True:
+            with redis_errors():
+                raw = await self._redis.hgetall(key)
+                if not raw:
+                    raise NotFound(f"no proposal {proposal_id!r} in namespace {ns!r}")
+                script_keys, args = rv.review_call(self.keys, ns, action, raw, actor, time.time())
+                try:
+                    reply = await self._review_lua(script_keys, args)
+                    return rv.parse_proposal(ns, rv.pairs(reply))
+                except ResponseError as exc:
+                    rv.raise_review_error(exc)
+            wait = rv.next_wait(wait, deadline, ns)
+            await asyncio.sleep(wait)
 
     async def aclose(self) -> None:
         await self._redis.aclose()

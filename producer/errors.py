@@ -8,7 +8,8 @@ ZettelqError
 ├── ProtocolError       a message could not be packed or unpacked
 ├── ReplyTimeout        no reply arrived before the deadline (also a TimeoutError)
 ├── JobFailed           the worker reported a failure (see ``.reason``)
-└── NotFound            no active note has that id in that namespace (also a KeyError)
+├── NotFound            no active note has that id in that namespace (also a KeyError)
+└── Conflict            a proposal's note changed since, or the proposal is in another state
 """
 
 from __future__ import annotations
@@ -58,3 +59,8 @@ class NotFound(ZettelqError, KeyError):
 
     def __str__(self) -> str:
         return str(self.args[0]) if self.args else "not found"
+
+
+class Conflict(ZettelqError):
+    """The proposal cannot take this step: its note changed since (a later write would be
+    clobbered) or the proposal is not in the state the step needs; nothing was written."""

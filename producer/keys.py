@@ -38,6 +38,16 @@ P:{ns}:llm_budget:<hour>       string  LLM calls made for the namespace in that 
                                        INCR, EXPIRE 2 h); capped at llm_budget_per_hour
 P:{ns}:clusters                hash    insight id -> packed sorted ids of the cluster of notes it
                                        abstracts (consolidation)
+P:{ns}:proposal:<id>           hash    one evolution proposal: note, status, source, reason,
+                                       fields, triggers, batch, times, and ``b:<field>`` /
+                                       ``a:<field>`` the note's raw values before / after
+                                       (evolved fields, version, updated_at)
+P:{ns}:proposals:<status>      zset    proposal id -> creation time, one set per status
+                                       (pending | applied | rejected | reverted)
+P:{ns}:proposed                hash    note id -> its pending proposal id (at most one per note)
+P:{ns}:evolved                 string  id of the last audit entry evolution has read
+P:{ns}:refused                 hash    note id -> packed tags a reviewer rejected or reverted
+                                       for it; evolution never proposes them again
 =============================  ======  ==========================================================
 """
 
@@ -135,3 +145,18 @@ class Keys:
 
     def clusters(self, ns: str) -> str:
         return f"{self.prefix}:{{{ns}}}:clusters"
+
+    def proposal(self, ns: str, proposal_id: str) -> str:
+        return f"{self.prefix}:{{{ns}}}:proposal:{proposal_id}"
+
+    def proposals(self, ns: str, status: str) -> str:
+        return f"{self.prefix}:{{{ns}}}:proposals:{status}"
+
+    def proposed(self, ns: str) -> str:
+        return f"{self.prefix}:{{{ns}}}:proposed"
+
+    def evolved(self, ns: str) -> str:
+        return f"{self.prefix}:{{{ns}}}:evolved"
+
+    def refused(self, ns: str) -> str:
+        return f"{self.prefix}:{{{ns}}}:refused"

@@ -261,3 +261,22 @@ class Organised(BaseModel):
     def work(self) -> dict[str, int]:
         """Work done per job."""
         return {r.job: r.work for r in self.runs}
+
+
+class Proposal(BaseModel):
+    """A change evolution proposed (or made) to one note's fields (``proposals()``)."""
+
+    model_config = ConfigDict(frozen=True)
+    id: str
+    namespace: str
+    note: str  #: the note it changes
+    status: Literal["pending", "applied", "rejected", "reverted"]
+    fields: list[str]  #: the note fields it changes
+    before: dict[str, JsonValue] = Field(default_factory=dict)  #: their values before
+    after: dict[str, JsonValue] = Field(default_factory=dict)  #: and after
+    source: str  #: what proposed it: "rule" or "model:<name>"
+    reason: str = ""
+    triggers: list[str] = Field(default_factory=list)  #: the new notes whose links set it off
+    batch: list[str] = Field(default_factory=list)  #: the inbox entries that wrote them
+    created_at: float
+    updated_at: float  #: time of the last status change

@@ -11,6 +11,7 @@ zettelq dead list|retry|purge
 zettelq reembed NAMESPACE   re-embed notes written by another embedder (--wait: here, now)
 zettelq organise NAMESPACE  run every periodic job now for one namespace, on a worker
 zettelq runs                the last beat run of each periodic job (over all namespaces)
+zettelq proposals list|accept|reject|revert [ID]   review evolution proposals
 """
 
 from __future__ import annotations
@@ -25,7 +26,8 @@ import time
 from collections.abc import Sequence
 from typing import Any
 
-from producer import MemoryClient
+from producer import Conflict, MemoryClient, NotFound
+from producer.proposals import STATUSES
 from worker.settings import WorkerSettings
 
 log = logging.getLogger(__name__)
@@ -75,7 +77,14 @@ def _parser() -> argparse.ArgumentParser:
     dead = sub.add_parser("dead", help="inspect or replay dead-lettered jobs")
     dead.add_argument("action", choices=["list", "retry", "purge"])
     dead.add_argument("--count", type=int, default=20)
-    for sp in (store, search, get, *_namespaced(sub)):
+    proposals = sub.add_parser(
+        "proposals", help="list, accept, reject or revert evolution proposals"
+    )
+    proposals.add_argument("action", choices=["list", "accept", "reject", "revert"])
+    proposals.add_argument("id", nargs="?", help="the proposal (accept, reject, revert)")
+    proposals.add_argument("--status", choices=STATUSES)
+    proposals.add_argument("--limit", type=int, default=20)
+    for sp in (store, search, get, proposals, *_namespaced(sub)):
         sp.add_argument("-n", "--namespace", default=None)
     return p
 
@@ -248,6 +257,23 @@ def _dead(settings: WorkerSettings, args: argparse.Namespace, rest: list[str]) -
     return 0
 
 
+def _proposals(settings: WorkerSettings, args: argparse.Namespace, rest: list[str]) -> int:
+    with MemoryClient(settings) as mem:
+        if args.action == "list":
+            for p in mem.proposals(args.namespace, status=args.status, limit=args.limit):
+                _out(p.model_dump_json())
+            return 0
+        if args.id is None:
+            _parser().error(f"proposals {args.action} needs a proposal id")
+        step = {"accept": mem.accept, "reject": mem.reject, "revert": mem.revert}[args.action]
+        try:
+            _out(step(args.id, namespace=args.namespace, agent="cli").model_dump_json())
+        except (Conflict, NotFound) as exc:
+            sys.stderr.write(f"{args.action} refused: {exc}\n")
+            return 1
+    return 0
+
+
 def _out(text: str) -> None:
     sys.stdout.write(text + "\n")
 
@@ -266,6 +292,7 @@ COMMANDS = {
     "reembed": _reembed,
     "organise": _organise,
     "runs": _runs,
+    "proposals": _proposals,
 }
 
 

@@ -44,13 +44,14 @@ def read_graph(
             graph.fields[nid] = dict(zip(names, next(rows), strict=True))
             graph.links[nid] = {m.decode(): float(w) for m, w in next(rows)}
             if reasons:
-                graph.reasons[nid] = {m.decode(): _reason(raw) for m, raw in next(rows).items()}
+                graph.reasons[nid] = {m.decode(): link_reason(raw) for m, raw in next(rows).items()}
     active = set(graph.ids)
     for nid, nbs in graph.links.items():
         graph.links[nid] = {nb: w for nb, w in nbs.items() if nb in active and nb != nid}
     return graph
 
 
-def _reason(raw: bytes) -> str:
+def link_reason(raw: bytes) -> str:
+    """The reason of a link from its packed linkmeta value ("" when it has none)."""
     meta = msgpack.unpackb(raw, raw=False)
     return str(meta.get("reason", "")) if isinstance(meta, dict) else ""

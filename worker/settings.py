@@ -141,6 +141,10 @@ class WorkerSettings(ProducerSettings):
     beat_lock_s: float = Field(default=30.0, ge=1.0)
     beat_tick_s: float = Field(default=5.0, gt=0)
 
+    #: Evolution of the neighbours a new note links to: "off" (the default), "propose" (each
+    #: change waits for accept or reject) or "apply" (each change is made at once, revertible).
+    evolution: Literal["off", "propose", "apply"] = "off"
+
     @model_validator(mode="after")
     def _beat_lock_outlives_a_tick(self) -> WorkerSettings:
         if self.beat_lock_s < 2 * self.beat_tick_s:

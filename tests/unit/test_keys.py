@@ -20,6 +20,11 @@ NAMESPACE_KEYS: list[Callable[[Keys, str], str]] = [
     Keys.audit,
     Keys.stats,
     Keys.lock,
+    lambda k, ns: k.proposal(ns, "p1"),
+    lambda k, ns: k.proposals(ns, "pending"),
+    Keys.proposed,
+    Keys.evolved,
+    Keys.refused,
 ]
 SHARD_KEYS: list[Callable[[Keys, int], str]] = [Keys.inbox, Keys.lease, Keys.kicked]
 GLOBAL_KEYS: list[Callable[[Keys], str]] = [
