@@ -122,6 +122,17 @@ class WorkerSettings(ProducerSettings):
     #: components are split along their weakest links).
     consolidate_min_weight: float = Field(default=0.3, ge=0, le=1)
     consolidate_max_cluster: int = Field(default=12, ge=3, le=200)
+    #: Supersession: detect notes that a newer note updates (heuristic at ingest and in
+    #: supersede_namespace; the LLM judge there too when llm_url is set), the cosine a pair
+    #: needs before either judge looks at it, and new notes per LLM call.
+    supersede: bool = True
+    supersede_min_cosine: float = Field(default=0.15, ge=-1.0, le=1.0)
+    supersede_llm_batch: int = Field(default=8, ge=1, le=64)
+    #: Near-duplicate merge (merge_namespace): on/off, the cosine and the overlap of the two
+    #: notes' content words (Jaccard) a pair needs to be merged.
+    merge: bool = True
+    merge_min_cosine: float = Field(default=0.9, ge=0.5, le=1.0)
+    merge_min_overlap: float = Field(default=0.9, ge=0.5, le=1.0)
 
     @property
     def dense_weight_for(self) -> float:

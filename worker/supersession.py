@@ -1,0 +1,434 @@
+"""Supersession (bi-temporal): a newer note that updates an older one closes the older one's
+validity instead of deleting it.
+
+The older note gets ``valid_to`` (the newer note's event_time, else its creation time) and
+``superseded_by`` (the newer note's id), and the pair is linked on both sides: reason
+``superseded_by`` on the older note's side, ``supersedes`` on the newer one's, each with the
+evidence (``why``) and the source (``rule`` or ``model:<name>``). Search ranks notes still valid
+first and ``as_of`` sees the older note again. Each supersession is audited (op ``supersede``,
+before/after of both fields and of the link) and ``revert_supersession`` undoes it exactly.
+
+Two judges look at a pair (a newer note and one of its nearest older notes, cosine at least
+``supersede_min_cosine``, both plain notes, the older one still valid):
+
+- the rule (``change_of`` / ``judge_pair``; pure, see those functions) reads an explicit change
+  in the newer note — "switch(ed) [the S] (from X) to Y", "moved/migrated from X to Y",
+  "replaced X with Y", "X was replaced by Y", "use Y instead of X", "S now uses Y", "no longer
+  use X" — and a matching statement in the older note — "chose/use/picked V for S", "S uses /
+  is built with / is written in / runs on / must be / is V" — with the same subject S or the
+  old value X, and a value that is not Y. Values must look like names (capitalised, or with a
+  digit or one of ``.+#``). It does not fire on a hedged or negated change (a question, "might",
+  "should", "plan", "if", "not", ...), on a note that already mentions Y, or without an explicit
+  change marker: a plain contradiction ("the frontend is built with Svelte") is left to the LLM.
+- the LLM (when ``llm_url`` is set; in ``supersede_namespace`` only, never under the ingest
+  lock) sees up to ``supersede_llm_batch`` new notes per call, each with its numbered nearest
+  older notes, and names the pairs where the newer note makes the older one no longer true. Any
+  failure, or a pair it was not shown, fails closed: nothing is superseded.
+
+The rule runs on each ingest batch (``on_ingest``, only for notes with a change marker) and in
+``supersede_namespace``, which visits the notes created since its last run (its cursor).
+"""
+
+from __future__ import annotations
+
+import logging
+import re
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import msgpack
+from pydantic import BaseModel, Field
+from redis.client import Pipeline
+
+from worker import llm, notes, pairs
+from worker.context import WorkerContext
+from worker.lease import Lease
+from worker.lexical import analyze
+from worker.pairs import Text
+
+log = logging.getLogger(__name__)
+
+LINK_WEIGHT = 0.5  #: weight of a supersession link (a stronger existing link keeps its weight)
+OLD_SIDE = "superseded_by"  #: link reason on the older note's side
+NEW_SIDE = "supersedes"  #: link reason on the newer note's side
+MAX_NEW_PER_RUN = 500  #: new notes supersede_namespace looks at per run
+MAX_NAMESPACES_PER_RUN = 20  #: namespaces supersede_all visits per run
+LLM_CANDIDATES = 3  #: older notes shown to the LLM per new note
+PROMPT_NOTE_CHARS = 400  #: each note's content is cut to this in a prompt
+CURSOR = "supersede_seq"  #: stats field: the highest seq supersede_namespace has looked at
+
+_DET = r"(?:(?:the|our|its|their|this|a|an)\s+)?"
+_SUBJECT = _DET + r"(?P<subject>[a-z][\w-]*(?:\s+[a-z][\w-]*){0,2}?)"
+_OLD = _DET + r"(?P<old>[a-z0-9][\w.+#-]*)"
+_NEW = _DET + r"(?P<new>[a-z0-9][\w.+#-]*)"
+_VALUE = _DET + r"(?P<value>[a-z0-9][\w.+#-]*)"
+_CHANGE_VERB = r"(?:switch|mov|migrat|chang|port|convert|transition|upgrad)\w*"
+_CHOICE_VERB = (
+    r"(?:chose|choose|chosen|picked|pick|selected|select|adopted|adopt|use|uses|used|using"
+    r"|went with|go with|settled on|opted for|standardi[sz]ed on|switched to|moved to"
+    r"|migrated to)"
+)
+_STATE_VERB = (
+    r"(?:uses|used|is using|runs on|ran on|is built with|was built with|is built on"
+    r"|is written in|was written in|is implemented in|is based on|must be|will be|is now"
+    r"|was|is|are)"
+)
+#: Explicit changes in a newer note (each names the new value, the old one, or both).
+CHANGES = tuple(
+    re.compile(p, re.IGNORECASE)
+    for p in (
+        rf"\b{_CHANGE_VERB}\s+(?:{_SUBJECT}\s+)?from\s+{_OLD}\s+to\s+{_NEW}",
+        rf"\breplac(?:e|es|ed|ing)\s+{_OLD}\s+(?:with|by)\s+{_NEW}",
+        rf"\b{_OLD}\s+(?:was|is|has been|have been|is being|got)\s+replaced\s+(?:with|by)\s+{_NEW}",
+        rf"\b(?:use|uses|using|chose|choose|picked|went with|go with|adopted)\s+{_NEW}"
+        rf"\s+instead\s+of\s+{_OLD}",
+        rf"\b{_CHANGE_VERB}\s+(?:{_SUBJECT}\s+)?(?:over\s+)?to\s+{_NEW}",
+        rf"\b{_SUBJECT}\s+now\s+(?:uses|runs on|is built with|is written in|is)\s+{_NEW}",
+        rf"\bno\s+longer\s+(?:use|uses|using|run|runs|rely on|relies on)\s+{_OLD}",
+    )
+)
+#: What an older note states: a value for a subject.
+STATEMENTS = tuple(
+    re.compile(p, re.IGNORECASE)
+    for p in (
+        rf"\b{_CHOICE_VERB}\s+{_VALUE}\s+(?:for|as)\s+{_SUBJECT}\b",
+        rf"\b{_SUBJECT}\s+{_STATE_VERB}\s+{_VALUE}",
+    )
+)
+#: A change that is asked, hedged, planned, conditional or negated is no change yet.
+HEDGES = re.compile(
+    r"\?|\b(?:might|may|maybe|perhaps|could|should|would|consider\w*|think\w*|plan\w*"
+    r"|propos\w*|suggest\w*|if|whether|unless|evaluat\w*|discuss\w*|not|never|won't|don't"
+    r"|didn't|doesn't|isn't|aren't|wasn't|cannot|can't|against)\b",
+    re.IGNORECASE,
+)
+
+
+@dataclass(frozen=True)
+class Change:
+    """An explicit change a newer note states: subject S, old value X, new value Y (each may
+    be unknown, but S or X is known)."""
+
+    subject: str | None
+    old: str | None
+    new: str | None
+
+
+@dataclass(frozen=True)
+class Decision:
+    """``new_id`` supersedes ``old_id``; ``why`` is the evidence, ``source`` rule or model."""
+
+    old_id: str
+    new_id: str
+    why: str
+    source: str
+
+
+def _value(raw: str | None) -> str | None:
+    """A captured value, if it looks like a name: capitalised, or with a digit or ``.+#``."""
+    if raw is None:
+        return None
+    value = raw.rstrip(".-")
+    named = value[:1].isupper() or any(ch.isdigit() or ch in ".+#" for ch in value)
+    return value.lower() if value and named else None
+
+
+def _subject(raw: str | None) -> str | None:
+    """A captured subject as its stemmed content words, or None."""
+    words = analyze(raw) if raw else []
+    return " ".join(words) if words else None
+
+
+def change_of(content: str) -> list[Change]:
+    """The explicit changes ``content`` states (none when it is hedged, asked or negated)."""
+    if HEDGES.search(content):
+        return []
+    out: list[Change] = []
+    for pattern in CHANGES:
+        for m in pattern.finditer(content):
+            groups = m.groupdict()
+            old, new = _value(groups.get("old")), _value(groups.get("new"))
+            if ("old" in groups and old is None) or ("new" in groups and new is None):
+                continue
+            change = Change(_subject(groups.get("subject")), old, new)
+            if change.subject is not None or change.old is not None:
+                out.append(change)
+    return out
+
+
+def statements_of(content: str) -> list[tuple[str, str]]:
+    """(subject, value) pairs an older note states, values that look like names only."""
+    out: list[tuple[str, str]] = []
+    for pattern in STATEMENTS:
+        for m in pattern.finditer(content):
+            subject, value = _subject(m.group("subject")), _value(m.group("value"))
+            if subject is not None and value is not None:
+                out.append((subject, value))
+    return out
+
+
+def _mentions(content: str, value: str) -> bool:
+    return re.search(rf"(?<!\w){re.escape(value)}(?!\w)", content.lower()) is not None
+
+
+def _same_subject(a: str, b: str) -> bool:
+    left, right = set(a.split()), set(b.split())
+    return bool(left and right) and (left <= right or right <= left)
+
+
+def judge_pair(new: Text, old: Text) -> str | None:
+    """The rule: the evidence that ``new`` supersedes ``old``, or None."""
+    if not eligible(new, old):
+        return None
+    for change in change_of(new.content):
+        if change.new is not None and _mentions(old.content, change.new):
+            continue
+        for subject, value in statements_of(old.content):
+            if change.subject is not None and not _same_subject(change.subject, subject):
+                continue
+            if change.old is not None and value != change.old:
+                continue
+            return f"{change.subject or subject}: {value} -> {change.new or '(none)'}"
+    return None
+
+
+def eligible(new: Text, old: Text) -> bool:
+    """Both active plain notes, the older one still valid and older than the newer one."""
+    return (
+        new.id != old.id
+        and new.active
+        and old.active
+        and new.kind == "note"
+        and old.kind == "note"
+        and new.valid_to is None
+        and old.valid_to is None
+        and (old.at, old.created_at) < (new.at, new.created_at)
+    )
+
+
+def judge_rule(
+    news: Sequence[Text], near: dict[str, list[tuple[str, float]]], texts: dict[str, Text]
+) -> list[Decision]:
+    """The rule over each new note and its nearest notes."""
+    out: list[Decision] = []
+    for new in news:
+        for nb, _ in near.get(new.id, []):
+            old = texts.get(nb)
+            why = judge_pair(new, old) if old is not None else None
+            if why is not None and old is not None:
+                out.append(Decision(old.id, new.id, why, "rule"))
+    return out
+
+
+class Pair(BaseModel):
+    """One supersession the LLM names: new note number, older note number, why."""
+
+    new: llm.ShownRef
+    old: llm.ShownRef
+    why: str = Field(min_length=1, max_length=200)
+
+
+class SupersedeAnswer(BaseModel):
+    supersessions: list[Pair] = Field(max_length=64)
+
+
+def _prompt(groups: list[tuple[int, Text, list[tuple[int, Text]]]]) -> str:
+    lines = [
+        "Each NEW note below is followed by OLDER notes. Name a pair only when the new note "
+        "updates or contradicts the older note so that what the older note states is no "
+        "longer true (a change of decision, value or state). Related or complementary notes "
+        "are not superseded. Answer with the pairs, possibly none.",
+    ]
+    for n, new, olds in groups:
+        lines.append(f"\nNEW [{n}] {new.content[:PROMPT_NOTE_CHARS]}")
+        lines += [f"  OLDER [{m}] {old.content[:PROMPT_NOTE_CHARS]}" for m, old in olds]
+    return "\n".join(lines)
+
+
+def judge_llm(
+    ctx: WorkerContext,
+    ns: str,
+    news: Sequence[Text],
+    near: dict[str, list[tuple[str, float]]],
+    texts: dict[str, Text],
+) -> list[Decision]:
+    """The LLM's decisions, in batches of supersede_llm_batch new notes; a batch whose answer
+    fails (or pairs notes it did not show together) decides nothing."""
+    todo = []
+    for new in news:
+        olds = [texts[nb] for nb, _ in near.get(new.id, []) if nb in texts]
+        olds = [old for old in olds if eligible(new, old)][:LLM_CANDIDATES]
+        if olds:
+            todo.append((new, olds))
+    size = ctx.settings.supersede_llm_batch
+    out: list[Decision] = []
+    for start in range(0, len(todo), size):
+        out += _ask(ctx, ns, todo[start : start + size])
+    return out
+
+
+def _ask(ctx: WorkerContext, ns: str, todo: list[tuple[Text, list[Text]]]) -> list[Decision]:
+    numbers: dict[int, str] = {}
+    groups: list[tuple[int, Text, list[tuple[int, Text]]]] = []
+    allowed: set[tuple[int, int]] = set()
+    for new, olds in todo:
+        n = len(numbers) + 1
+        numbers[n] = new.id
+        shown = []
+        for old in olds:
+            m = len(numbers) + 1
+            numbers[m] = old.id
+            shown.append((m, old))
+            allowed.add((n, m))
+        groups.append((n, new, shown))
+    answer = llm.ask_json(ctx, ns, _prompt(groups), SupersedeAnswer, shown=numbers)
+    if answer is None:
+        return []
+    if any((p.new, p.old) not in allowed for p in answer.supersessions):
+        log.warning("llm supersession answer pairs notes it was not shown together ns=%s", ns)
+        ctx.redis.hincrby(ctx.keys.stats(ns), "llm_failures", 1)
+        ctx.redis.hincrby(ctx.keys.stats(ns), "llm_fail_unknown_id", 1)
+        return []
+    source = f"model:{ctx.settings.llm_model}"
+    return [Decision(numbers[p.old], numbers[p.new], p.why, source) for p in answer.supersessions]
+
+
+def on_ingest(ctx: WorkerContext, lease: Lease, ns: str, contents: dict[str, str]) -> int:
+    """The rule over a just-committed batch (id -> content), under its namespace lock; only
+    notes with a change marker are looked at. Returns how many notes were superseded."""
+    if not ctx.settings.supersede:
+        return 0
+    marked = [nid for nid, content in contents.items() if change_of(content)]
+    if not marked:
+        return 0
+    s = ctx.settings
+    near = pairs.nearest(ctx, ns, marked, s.link_k, s.supersede_min_cosine)
+    texts = pairs.read_texts(ctx, ns, [*marked, *(nb for row in near.values() for nb, _ in row)])
+    news = [texts[nid] for nid in marked if nid in texts]
+    return apply(ctx, ns, lease, judge_rule(news, near, texts))
+
+
+def supersede_namespace(ctx: WorkerContext, ns: str) -> int:
+    """Judge the notes created since the last run (rule, then the LLM when configured);
+    return how many notes were superseded."""
+    s = ctx.settings
+    if not s.supersede:
+        return 0
+    started = time.perf_counter()
+    fresh = pairs.new_since(ctx, ns, CURSOR, MAX_NEW_PER_RUN)
+    done = 0
+    if fresh:
+        ids = [nid for nid, _ in fresh]
+        near = pairs.nearest(ctx, ns, ids, s.link_k, s.supersede_min_cosine)
+        texts = pairs.read_texts(ctx, ns, [*ids, *(nb for row in near.values() for nb, _ in row)])
+        news = [texts[nid] for nid in ids if nid in texts]
+        decided = judge_rule(news, near, texts)
+        if s.llm_url is not None:
+            left = [t for t in news if t.id not in {d.new_id for d in decided}]
+            decided += judge_llm(ctx, ns, left, near, texts)
+        with Lease(ctx.redis, ctx.keys.lock(ns), s.lease_s, owner=ctx.consumer) as lease:
+            done = apply(ctx, ns, lease, decided)
+        ctx.redis.hset(ctx.keys.stats(ns), CURSOR, max(seq for _, seq in fresh))
+    ctx.redis.hset(ctx.keys.stats(ns), "last_supersede", time.time())
+    log.info(
+        "supersession ns=%s looked_at=%d superseded=%d in %.1fms",
+        ns,
+        len(fresh),
+        done,
+        (time.perf_counter() - started) * 1000,
+    )
+    return done
+
+
+def supersede_all(ctx: WorkerContext) -> int:
+    """supersede_namespace over the namespaces written since their last run."""
+    names = pairs.due_namespaces(ctx, "last_supersede", MAX_NAMESPACES_PER_RUN)
+    return sum(supersede_namespace(ctx, ns) for ns in names)
+
+
+def apply(ctx: WorkerContext, ns: str, lease: Lease, decisions: Sequence[Decision]) -> int:
+    """Commit the decisions still valid (re-read under the lock) in one fenced MULTI/EXEC; an
+    older note superseded by several new ones takes the earliest. Returns how many."""
+    if not decisions:
+        return 0
+    texts = pairs.read_texts(ctx, ns, [i for d in decisions for i in (d.old_id, d.new_id)])
+    valid = [d for d in decisions if d.old_id in texts and d.new_id in texts]
+    chosen: dict[str, Decision] = {}
+    for d in sorted(valid, key=lambda d: (texts[d.new_id].at, texts[d.new_id].created_at)):
+        if d.old_id not in chosen and eligible(texts[d.new_id], texts[d.old_id]):
+            chosen[d.old_id] = d
+    ready = list(chosen.values())
+    if not ready:
+        return 0
+    links = _current_links(ctx, ns, ready)
+    with lease.fenced() as pipe:
+        for d in ready:
+            _write(pipe, ctx, ns, d, texts[d.new_id].at, links[d.old_id])
+        pipe.hincrby(ctx.keys.stats(ns), "links", sum(1 for d in ready if links[d.old_id] is None))
+        pipe.hincrby(ctx.keys.stats(ns), "superseded", len(ready))
+        pipe.execute()
+    for d in ready:
+        log.info(
+            "superseded ns=%s old=%s new=%s by=%s (%s)", ns, d.old_id, d.new_id, d.source, d.why
+        )
+    return len(ready)
+
+
+LinkState = list[Any] | None  #: [weight, old side meta, new side meta] or None when unlinked
+
+
+def _current_links(ctx: WorkerContext, ns: str, ready: Sequence[Decision]) -> dict[str, LinkState]:
+    keys = ctx.keys
+    pipe = ctx.redis.pipeline(transaction=False)
+    for d in ready:
+        pipe.zscore(keys.links(ns, d.old_id), d.new_id)
+        pipe.hget(keys.linkmeta(ns, d.old_id), d.new_id)
+        pipe.hget(keys.linkmeta(ns, d.new_id), d.old_id)
+    rows = pipe.execute()
+    out: dict[str, LinkState] = {}
+    for i, d in enumerate(ready):
+        weight, old_meta, new_meta = rows[3 * i : 3 * i + 3]
+        out[d.old_id] = (
+            None if weight is None else [float(weight), _meta(old_meta), _meta(new_meta)]
+        )
+    return out
+
+
+def _meta(raw: bytes | None) -> dict[str, Any]:
+    meta = msgpack.unpackb(raw, raw=False) if raw else {}
+    return meta if isinstance(meta, dict) else {}
+
+
+def _write(
+    pipe: Pipeline, ctx: WorkerContext, ns: str, d: Decision, valid_to: float, before: LinkState
+) -> None:
+    keys = ctx.keys
+    weight = max(LINK_WEIGHT, before[0] if before else 0.0)
+    now = time.time()
+    old_meta = {"reason": OLD_SIDE, "why": d.why, "source": d.source, "at": now}
+    new_meta = {**old_meta, "reason": NEW_SIDE}
+    pipe.hset(
+        keys.note(ns, d.old_id),
+        mapping={"valid_to": msgpack.packb(valid_to), "superseded_by": d.new_id, "updated_at": now},
+    )
+    pipe.zadd(keys.links(ns, d.old_id), {d.new_id: weight})
+    pipe.zadd(keys.links(ns, d.new_id), {d.old_id: weight})
+    pipe.hset(keys.linkmeta(ns, d.old_id), d.new_id, msgpack.packb(old_meta))
+    pipe.hset(keys.linkmeta(ns, d.new_id), d.old_id, msgpack.packb(new_meta))
+    notes.audit(
+        pipe,
+        keys,
+        ns,
+        "supersede",
+        d.old_id,
+        actor="worker",
+        source=f"supersession:{d.source}",
+        before={"valid_to": None, "superseded_by": None, "link": before},
+        after={
+            "valid_to": valid_to,
+            "superseded_by": d.new_id,
+            "link": [weight, old_meta, new_meta],
+        },
+    )
