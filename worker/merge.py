@@ -24,6 +24,7 @@ before and after. ``merge_namespace`` looks at the notes created since its last 
 from __future__ import annotations
 
 import logging
+import re
 import time
 from collections.abc import Sequence
 from typing import Any
@@ -40,6 +41,7 @@ from worker.pairs import Text
 
 log = logging.getLogger(__name__)
 
+JOINERS = re.compile(r"[-_/]")  #: split before comparing words
 NEGATIONS = frozenset({"not", "no", "never", "nor", "none", "nothing", "cannot", "without"})
 MERGE_K = 5  #: nearest notes looked at per new note
 MAX_NEW_PER_RUN = 2_000  #: new notes merge_namespace looks at per run
@@ -48,9 +50,14 @@ CURSOR = "merge_seq"  #: stats field: the highest seq merge_namespace has looked
 STRUCTURAL = frozenset({"superseded_by", "supersedes"})  #: link reasons kept on re-pointing
 
 
+def _words(text: str) -> set[str]:
+    """Content words, stemmed, with compounds split ("key-pair" is "key pair")."""
+    return set(analyze(JOINERS.sub(" ", text)))
+
+
 def overlap(a: str, b: str) -> float:
     """Jaccard overlap of the two texts' content words (1.0 when both have none)."""
-    left, right = set(analyze(a)), set(analyze(b))
+    left, right = _words(a), _words(b)
     return len(left & right) / len(left | right) if left | right else 1.0
 
 
@@ -99,10 +106,10 @@ def find_duplicates(
                 found.append((cosine, kept.id, merged.id))
     out: list[tuple[str, str, float]] = []
     used: set[str] = set()
-    for cosine, kept, merged in sorted(found, key=lambda f: (-f[0], f[1], f[2])):
-        if kept not in used and merged not in used:
-            used |= {kept, merged}
-            out.append((kept, merged, cosine))
+    for cosine, kept_id, merged_id in sorted(found, key=lambda f: (-f[0], f[1], f[2])):
+        if kept_id not in used and merged_id not in used:
+            used |= {kept_id, merged_id}
+            out.append((kept_id, merged_id, cosine))
     return out
 
 

@@ -60,7 +60,8 @@ PROMPT_NOTE_CHARS = 400  #: each note's content is cut to this in a prompt
 CURSOR = "supersede_seq"  #: stats field: the highest seq supersede_namespace has looked at
 
 _DET = r"(?:(?:the|our|its|their|this|a|an)\s+)?"
-_SUBJECT = _DET + r"(?P<subject>[a-z][\w-]*(?:\s+[a-z][\w-]*){0,2}?)"
+_WORD = r"(?!(?:from|to|with|by|of|instead)\b)[a-z][\w-]*"  #: a subject word
+_SUBJECT = _DET + rf"(?P<subject>{_WORD}(?:\s+{_WORD}){{0,2}}?)"
 _OLD = _DET + r"(?P<old>[a-z0-9][\w.+#-]*)"
 _NEW = _DET + r"(?P<new>[a-z0-9][\w.+#-]*)"
 _VALUE = _DET + r"(?P<value>[a-z0-9][\w.+#-]*)"
@@ -190,7 +191,7 @@ def judge_pair(new: Text, old: Text) -> str | None:
                 continue
             if change.old is not None and value != change.old:
                 continue
-            return f"{change.subject or subject}: {value} -> {change.new or '(none)'}"
+            return f"{subject}: {value} -> {change.new or '(none)'}"
     return None
 
 
