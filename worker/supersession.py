@@ -11,28 +11,20 @@ before/after of both fields and of the link) and ``revert_supersession`` undoes 
 Two judges look at a pair (a newer note and one of its nearest older notes, cosine at least
 ``supersede_min_cosine``, both plain notes, the older one still valid):
 
-- the rule (``change_of`` / ``judge_pair``; pure, see those functions) reads an explicit change
-  in the newer note — "switch(ed) [the S] (from X) to Y", "moved/migrated from X to Y",
-  "replaced X with Y", "X was replaced by Y", "use Y instead of X", "S now uses Y", "no longer
-  use X" — and a matching statement in the older note — "chose/use/picked V for S", "S uses /
-  is built with / is written in / runs on / must be / is V" — with the same subject S or the
-  old value X, and a value that is not Y. Values must look like names (capitalised, or with a
-  digit or one of ``.+#``). It does not fire on a hedged or negated change (a question, "might",
-  "should", "plan", "if", "not", ...), on a note that already mentions Y, or without an explicit
-  change marker: a plain contradiction ("the frontend is built with Svelte") is left to the LLM.
+- the rule (worker.supersession_rule: explicit change markers only) runs on each ingest batch
+  (``on_ingest``, only for the notes with a change marker, under the batch's namespace lock)
+  and in ``supersede_namespace``;
 - the LLM (when ``llm_url`` is set; in ``supersede_namespace`` only, never under the ingest
   lock) sees up to ``supersede_llm_batch`` new notes per call, each with its numbered nearest
   older notes, and names the pairs where the newer note makes the older one no longer true. Any
-  failure, or a pair it was not shown, fails closed: nothing is superseded.
+  failure, or a pair it was not shown together, fails closed: nothing is superseded.
 
-The rule runs on each ingest batch (``on_ingest``, only for notes with a change marker) and in
-``supersede_namespace``, which visits the notes created since its last run (its cursor).
+``supersede_namespace`` visits the notes created since its last run (a seq cursor in stats).
 """
 
 from __future__ import annotations
 
 import logging
-import re
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -45,8 +37,8 @@ from redis.client import Pipeline
 from worker import llm, notes, pairs
 from worker.context import WorkerContext
 from worker.lease import Lease
-from worker.lexical import analyze
 from worker.pairs import Text
+from worker.supersession_rule import change_of, eligible, judge_pair
 
 log = logging.getLogger(__name__)
 
@@ -58,63 +50,7 @@ MAX_NAMESPACES_PER_RUN = 20  #: namespaces supersede_all visits per run
 LLM_CANDIDATES = 3  #: older notes shown to the LLM per new note
 PROMPT_NOTE_CHARS = 400  #: each note's content is cut to this in a prompt
 CURSOR = "supersede_seq"  #: stats field: the highest seq supersede_namespace has looked at
-
-_DET = r"(?:(?:the|our|its|their|this|a|an)\s+)?"
-_WORD = r"(?!(?:from|to|with|by|of|instead)\b)[a-z][\w-]*"  #: a subject word
-_SUBJECT = _DET + rf"(?P<subject>{_WORD}(?:\s+{_WORD}){{0,2}}?)"
-_OLD = _DET + r"(?P<old>[a-z0-9][\w.+#-]*)"
-_NEW = _DET + r"(?P<new>[a-z0-9][\w.+#-]*)"
-_VALUE = _DET + r"(?P<value>[a-z0-9][\w.+#-]*)"
-_CHANGE_VERB = r"(?:switch|mov|migrat|chang|port|convert|transition|upgrad)\w*"
-_CHOICE_VERB = (
-    r"(?:chose|choose|chosen|picked|pick|selected|select|adopted|adopt|use|uses|used|using"
-    r"|went with|go with|settled on|opted for|standardi[sz]ed on|switched to|moved to"
-    r"|migrated to)"
-)
-_STATE_VERB = (
-    r"(?:uses|used|is using|runs on|ran on|is built with|was built with|is built on"
-    r"|is written in|was written in|is implemented in|is based on|must be|will be|is now"
-    r"|was|is|are)"
-)
-#: Explicit changes in a newer note (each names the new value, the old one, or both).
-CHANGES = tuple(
-    re.compile(p, re.IGNORECASE)
-    for p in (
-        rf"\b{_CHANGE_VERB}\s+(?:{_SUBJECT}\s+)?from\s+{_OLD}\s+to\s+{_NEW}",
-        rf"\breplac(?:e|es|ed|ing)\s+{_OLD}\s+(?:with|by)\s+{_NEW}",
-        rf"\b{_OLD}\s+(?:was|is|has been|have been|is being|got)\s+replaced\s+(?:with|by)\s+{_NEW}",
-        rf"\b(?:use|uses|using|chose|choose|picked|went with|go with|adopted)\s+{_NEW}"
-        rf"\s+instead\s+of\s+{_OLD}",
-        rf"\b{_CHANGE_VERB}\s+(?:{_SUBJECT}\s+)?(?:over\s+)?to\s+{_NEW}",
-        rf"\b{_SUBJECT}\s+now\s+(?:uses|runs on|is built with|is written in|is)\s+{_NEW}",
-        rf"\bno\s+longer\s+(?:use|uses|using|run|runs|rely on|relies on)\s+{_OLD}",
-    )
-)
-#: What an older note states: a value for a subject.
-STATEMENTS = tuple(
-    re.compile(p, re.IGNORECASE)
-    for p in (
-        rf"\b{_CHOICE_VERB}\s+{_VALUE}\s+(?:for|as)\s+{_SUBJECT}\b",
-        rf"\b{_SUBJECT}\s+{_STATE_VERB}\s+{_VALUE}",
-    )
-)
-#: A change that is asked, hedged, planned, conditional or negated is no change yet.
-HEDGES = re.compile(
-    r"\?|\b(?:might|may|maybe|perhaps|could|should|would|consider\w*|think\w*|plan\w*"
-    r"|propos\w*|suggest\w*|if|whether|unless|evaluat\w*|discuss\w*|not|never|won't|don't"
-    r"|didn't|doesn't|isn't|aren't|wasn't|cannot|can't|against)\b",
-    re.IGNORECASE,
-)
-
-
-@dataclass(frozen=True)
-class Change:
-    """An explicit change a newer note states: subject S, old value X, new value Y (each may
-    be unknown, but S or X is known)."""
-
-    subject: str | None
-    old: str | None
-    new: str | None
+AUDIT_CHUNK = 1_000  #: audit entries read per round trip while looking for a supersession
 
 
 @dataclass(frozen=True)
@@ -125,88 +61,6 @@ class Decision:
     new_id: str
     why: str
     source: str
-
-
-def _value(raw: str | None) -> str | None:
-    """A captured value, if it looks like a name: capitalised, or with a digit or ``.+#``."""
-    if raw is None:
-        return None
-    value = raw.rstrip(".-")
-    named = value[:1].isupper() or any(ch.isdigit() or ch in ".+#" for ch in value)
-    return value.lower() if value and named else None
-
-
-def _subject(raw: str | None) -> str | None:
-    """A captured subject as its stemmed content words, or None."""
-    words = analyze(raw) if raw else []
-    return " ".join(words) if words else None
-
-
-def change_of(content: str) -> list[Change]:
-    """The explicit changes ``content`` states (none when it is hedged, asked or negated)."""
-    if HEDGES.search(content):
-        return []
-    out: list[Change] = []
-    for pattern in CHANGES:
-        for m in pattern.finditer(content):
-            groups = m.groupdict()
-            old, new = _value(groups.get("old")), _value(groups.get("new"))
-            if ("old" in groups and old is None) or ("new" in groups and new is None):
-                continue
-            change = Change(_subject(groups.get("subject")), old, new)
-            if change.subject is not None or change.old is not None:
-                out.append(change)
-    return out
-
-
-def statements_of(content: str) -> list[tuple[str, str]]:
-    """(subject, value) pairs an older note states, values that look like names only."""
-    out: list[tuple[str, str]] = []
-    for pattern in STATEMENTS:
-        for m in pattern.finditer(content):
-            subject, value = _subject(m.group("subject")), _value(m.group("value"))
-            if subject is not None and value is not None:
-                out.append((subject, value))
-    return out
-
-
-def _mentions(content: str, value: str) -> bool:
-    return re.search(rf"(?<!\w){re.escape(value)}(?!\w)", content.lower()) is not None
-
-
-def _same_subject(a: str, b: str) -> bool:
-    left, right = set(a.split()), set(b.split())
-    return bool(left and right) and (left <= right or right <= left)
-
-
-def judge_pair(new: Text, old: Text) -> str | None:
-    """The rule: the evidence that ``new`` supersedes ``old``, or None."""
-    if not eligible(new, old):
-        return None
-    for change in change_of(new.content):
-        if change.new is not None and _mentions(old.content, change.new):
-            continue
-        for subject, value in statements_of(old.content):
-            if change.subject is not None and not _same_subject(change.subject, subject):
-                continue
-            if change.old is not None and value != change.old:
-                continue
-            return f"{subject}: {value} -> {change.new or '(none)'}"
-    return None
-
-
-def eligible(new: Text, old: Text) -> bool:
-    """Both active plain notes, the older one still valid and older than the newer one."""
-    return (
-        new.id != old.id
-        and new.active
-        and old.active
-        and new.kind == "note"
-        and old.kind == "note"
-        and new.valid_to is None
-        and old.valid_to is None
-        and (old.at, old.created_at) < (new.at, new.created_at)
-    )
 
 
 def judge_rule(
@@ -414,10 +268,7 @@ def _write(
         keys.note(ns, d.old_id),
         mapping={"valid_to": msgpack.packb(valid_to), "superseded_by": d.new_id, "updated_at": now},
     )
-    pipe.zadd(keys.links(ns, d.old_id), {d.new_id: weight})
-    pipe.zadd(keys.links(ns, d.new_id), {d.old_id: weight})
-    pipe.hset(keys.linkmeta(ns, d.old_id), d.new_id, msgpack.packb(old_meta))
-    pipe.hset(keys.linkmeta(ns, d.new_id), d.old_id, msgpack.packb(new_meta))
+    _link(pipe, ctx, ns, d.old_id, d.new_id, [weight, old_meta, new_meta])
     notes.audit(
         pipe,
         keys,
@@ -433,3 +284,75 @@ def _write(
             "link": [weight, old_meta, new_meta],
         },
     )
+
+
+def revert_supersession(ctx: WorkerContext, ns: str, old_id: str) -> bool:
+    """Undo the last supersession of ``old_id`` as its audit entry recorded it: ``valid_to``
+    and ``superseded_by`` cleared, the link between the two notes back to what it was (none,
+    or its weight and reasons; none when the newer note is gone). Audited (``unsupersede``).
+    False when ``old_id`` is not superseded or changed since."""
+    entry = _last_supersede(ctx, ns, old_id)
+    if entry is None:
+        return False
+    before, after = entry
+    new_id = str(after["superseded_by"])
+    keys = ctx.keys
+    with Lease(ctx.redis, keys.lock(ns), ctx.settings.lease_s, owner=ctx.consumer) as lease:
+        texts = pairs.read_texts(ctx, ns, [old_id, new_id])
+        old, new = texts.get(old_id), texts.get(new_id)
+        if old is None or old.superseded_by != new_id:
+            return False
+        linked = _current_links(ctx, ns, [Decision(old_id, new_id, "", "")])[old_id]
+        restore = before["link"] if new is not None and new.active else None
+        with lease.fenced() as pipe:
+            pipe.hdel(keys.note(ns, old_id), "valid_to", "superseded_by")
+            pipe.hset(keys.note(ns, old_id), "updated_at", time.time())
+            if restore is not None:
+                _link(pipe, ctx, ns, old_id, new_id, restore)
+            elif linked is not None:
+                pipe.zrem(keys.links(ns, old_id), new_id)
+                pipe.zrem(keys.links(ns, new_id), old_id)
+                pipe.hdel(keys.linkmeta(ns, old_id), new_id)
+                pipe.hdel(keys.linkmeta(ns, new_id), old_id)
+            pipe.hincrby(keys.stats(ns), "links", (restore is not None) - (linked is not None))
+            pipe.hincrby(keys.stats(ns), "superseded", -1)
+            notes.audit(
+                pipe,
+                keys,
+                ns,
+                "unsupersede",
+                old_id,
+                actor="worker",
+                source="supersession:revert",
+                before={**after, "link": linked},
+                after={**before, "link": restore},
+            )
+            pipe.execute()
+    return True
+
+
+def _last_supersede(
+    ctx: WorkerContext, ns: str, old_id: str
+) -> tuple[dict[str, Any], dict[str, Any]] | None:
+    """(before, after) of the newest ``supersede`` audit entry of ``old_id``."""
+    high = "+"
+    while True:
+        rows = ctx.redis.xrevrange(ctx.keys.audit(ns), max=high, count=AUDIT_CHUNK)
+        for _, e in rows:
+            if e[b"op"] == b"supersede" and e[b"id"].decode() == old_id:
+                return msgpack.unpackb(e[b"before"]), msgpack.unpackb(e[b"after"])
+        if len(rows) < AUDIT_CHUNK:
+            return None
+        high = f"({rows[-1][0].decode()}"
+
+
+def _link(
+    pipe: Pipeline, ctx: WorkerContext, ns: str, old_id: str, new_id: str, state: list[Any]
+) -> None:
+    """Both sides of the old-new link: [weight, old side meta, new side meta]."""
+    keys = ctx.keys
+    weight, old_meta, new_meta = state
+    pipe.zadd(keys.links(ns, old_id), {new_id: weight})
+    pipe.zadd(keys.links(ns, new_id), {old_id: weight})
+    pipe.hset(keys.linkmeta(ns, old_id), new_id, msgpack.packb(old_meta))
+    pipe.hset(keys.linkmeta(ns, new_id), old_id, msgpack.packb(new_meta))

@@ -16,7 +16,7 @@ from tests.integration.chat_server import ChatServer, Scripted, answer, chat
 from worker.context import WorkerContext
 from worker.integrity import check_namespace
 from worker.server import SearchServer
-from worker.supersession import supersede_namespace
+from worker.supersession import revert_supersession, supersede_namespace
 
 __all__ = ["chat"]
 
@@ -204,3 +204,40 @@ def test_the_llm_judges_several_new_notes_per_call(redis_db, tmp_path, chat):
         assert len(chat.requests) == 2  # 5 new notes with an older neighbour, 4 per call
     finally:
         ctx.close()
+
+
+def snapshot(ctx: WorkerContext, ns: str, ids: list[str]) -> dict:
+    out = {}
+    for nid in ids:
+        note = ctx.redis.hgetall(ctx.keys.note(ns, nid))
+        note.pop(b"updated_at", None)
+        links = ctx.redis.zrange(ctx.keys.links(ns, nid), 0, -1, withscores=True)
+        out[nid] = (note, links, ctx.redis.hgetall(ctx.keys.linkmeta(ns, nid)))
+    out["links"] = ctx.redis.hget(ctx.keys.stats(ns), "links")
+    return out
+
+
+def test_a_revert_restores_the_exact_previous_state(redis_db, tmp_path):
+    settings = make_settings(tmp_path, supersede=False)
+    plain, judging = WorkerContext.build(settings), None
+    try:
+        with MemoryClient(settings) as mem:
+            ids = store_story(plain, mem, "r")
+        react, svelte = ids[1], ids[4]
+        before = snapshot(plain, "r", [react, svelte])
+        assert supersede_namespace(plain, "r") == 0  # off
+        judging = WorkerContext.build(settings.model_copy(update={"supersede": True}))
+        assert supersede_namespace(judging, "r") == 1
+        assert snapshot(judging, "r", [react, svelte]) != before
+
+        assert revert_supersession(judging, "r", react)
+
+        assert snapshot(judging, "r", [react, svelte]) == before
+        assert not revert_supersession(judging, "r", react)  # nothing left to revert
+        (entry,) = audit(judging, "r", b"unsupersede")
+        assert entry["before"]["superseded_by"] == svelte and entry["after"]["valid_to"] is None
+        assert check_namespace(judging, "r") == []
+    finally:
+        plain.close()
+        if judging is not None:
+            judging.close()
