@@ -27,6 +27,7 @@ import logging
 import re
 import time
 from collections.abc import Sequence
+from dataclasses import dataclass
 from typing import Any
 
 import msgpack
@@ -151,6 +152,20 @@ def merge_all(ctx: WorkerContext) -> int:
     return sum(merge_namespace(ctx, ns) for ns in names)
 
 
+@dataclass
+class _Plan:
+    """What one merge reads under the lock and writes."""
+
+    kept: str
+    merged: str
+    k: dict[str, Any]  #: the survivor's fields
+    m: dict[str, Any]  #: the merged note's fields
+    links: dict[str, dict[str, float]]  #: both notes' links
+    metas: dict[str, tuple[bytes, bytes]]  #: the merged note's link metas, both sides
+    moved: dict[str, float]  #: links the survivor takes over, with their weights
+    after: dict[str, Any]  #: the survivor's changed fields
+
+
 def merge_pair(ctx: WorkerContext, ns: str, lease: Lease, kept: str, merged: str, why: str) -> int:
     """Merge ``merged`` into ``kept`` in one fenced MULTI/EXEC (the caller holds the namespace
     lock); 0 when either changed since it was judged, else 1."""
@@ -158,6 +173,30 @@ def merge_pair(ctx: WorkerContext, ns: str, lease: Lease, kept: str, merged: str
     texts = pairs.read_texts(ctx, ns, [kept, merged])
     if len(texts) < 2 or not all(t.active and t.valid_to is None for t in texts.values()):
         return 0
+    plan = _plan(ctx, ns, kept, merged)
+    clusters = _clusters_with(ctx, ns, merged, kept)
+    with lease.fenced() as pipe:
+        notes.unlink_all(pipe, keys, ns, merged, plan.links[merged])
+        notes.tombstone_all(
+            pipe, keys, ns, {merged: int(plan.m["seq"])}, ctx.settings.changelog_max
+        )
+        pipe.hset(keys.note(ns, merged), "merged_into", kept)
+        pipe.hset(keys.note(ns, kept), mapping=notes.encode_fields(plan.after))
+        pipe.hincrby(keys.note(ns, kept), "access_count", int(plan.m.get("access_count", 0)))
+        _repoint(pipe, ctx, ns, kept, plan.moved, plan.metas)
+        if clusters:
+            pipe.hset(keys.clusters(ns), mapping=clusters)
+        added = sum(1 for nb in plan.moved if nb not in plan.links[kept])
+        pipe.hincrby(keys.stats(ns), "links", added - len(plan.links[merged]))
+        pipe.hincrby(keys.stats(ns), "merged", 1)
+        _audit(pipe, ctx, ns, plan, f"merge:{why}")
+        pipe.execute()
+    log.info("merged ns=%s %s into %s (%s)", ns, merged, kept, why)
+    return 1
+
+
+def _plan(ctx: WorkerContext, ns: str, kept: str, merged: str) -> _Plan:
+    keys = ctx.keys
     raw = notes.read_notes(ctx.redis, keys, ns, [kept, merged])
     k, m = notes.unpack_fields(raw[kept]), notes.unpack_fields(raw[merged])
     links = notes.read_links(ctx.redis, keys, ns, [kept, merged])
@@ -167,51 +206,43 @@ def merge_pair(ctx: WorkerContext, ns: str, lease: Lease, kept: str, merged: str
         for nb, w in links[merged].items()
         if nb != kept and (w > links[kept].get(nb, -1.0) or _reason(metas[nb][1]) in STRUCTURAL)
     }
-    after = _combined(ctx, k, m, merged)
-    clusters = _clusters_with(ctx, ns, merged, kept)
-    with lease.fenced() as pipe:
-        notes.unlink_all(pipe, keys, ns, merged, links[merged])
-        notes.tombstone_all(pipe, keys, ns, {merged: int(m["seq"])}, ctx.settings.changelog_max)
-        pipe.hset(keys.note(ns, merged), "merged_into", kept)
-        pipe.hset(keys.note(ns, kept), mapping=notes.encode_fields(after))
-        pipe.hincrby(keys.note(ns, kept), "access_count", int(m.get("access_count", 0)))
-        _repoint(pipe, ctx, ns, kept, moved, metas)
-        if clusters:
-            pipe.hset(keys.clusters(ns), mapping=clusters)
-        added = sum(1 for nb in moved if nb not in links[kept])
-        pipe.hincrby(keys.stats(ns), "links", added - len(links[merged]))
-        pipe.hincrby(keys.stats(ns), "merged", 1)
-        source = f"merge:{why}"
-        notes.audit(
-            pipe,
-            keys,
-            ns,
-            "merge",
-            merged,
-            actor="worker",
-            source=source,
-            before={**notes.public_view(m), "links": links[merged]},
-            after={"status": "tombstoned", "merged_into": kept},
-        )
-        total = int(k.get("access_count", 0)) + int(m.get("access_count", 0))
-        notes.audit(
-            pipe,
-            keys,
-            ns,
-            "merge",
-            kept,
-            actor="worker",
-            source=source,
-            before={
-                **{f: k.get(f) for f in after if f != "updated_at"},
-                "access_count": int(k.get("access_count", 0)),
-                "links": links[kept],
-            },
-            after={**after, "access_count": total, "links": {**links[kept], **moved}},
-        )
-        pipe.execute()
-    log.info("merged ns=%s %s into %s (%s)", ns, merged, kept, why)
-    return 1
+    return _Plan(kept, merged, k, m, links, metas, moved, _combined(ctx, k, m, merged))
+
+
+def _audit(pipe: Pipeline, ctx: WorkerContext, ns: str, plan: _Plan, source: str) -> None:
+    """One merge entry for each note, with before and after."""
+    kept, merged, k, m = plan.kept, plan.merged, plan.k, plan.m
+    notes.audit(
+        pipe,
+        ctx.keys,
+        ns,
+        "merge",
+        merged,
+        actor="worker",
+        source=source,
+        before={**notes.public_view(m), "links": plan.links[merged]},
+        after={"status": "tombstoned", "merged_into": kept},
+    )
+    count = int(k.get("access_count", 0))
+    notes.audit(
+        pipe,
+        ctx.keys,
+        ns,
+        "merge",
+        kept,
+        actor="worker",
+        source=source,
+        before={
+            **{f: k.get(f) for f in plan.after if f != "updated_at"},
+            "access_count": count,
+            "links": plan.links[kept],
+        },
+        after={
+            **plan.after,
+            "access_count": count + int(m.get("access_count", 0)),
+            "links": {**plan.links[kept], **plan.moved},
+        },
+    )
 
 
 def _metas(

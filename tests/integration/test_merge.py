@@ -136,3 +136,19 @@ def test_a_merged_note_that_superseded_another_hands_it_to_the_survivor(ctx, ser
     reason = msgpack.unpackb(ctx.redis.hget(ctx.keys.linkmeta("s", react), second))["reason"]
     assert reason == "superseded_by"
     assert check_namespace(ctx, "s") == []
+
+
+def test_storing_a_merged_id_again_brings_it_back_as_a_note_of_its_own(ctx, served):
+    first = served.store(FACT, namespace="r")
+    twin = served.store(TWIN, namespace="r")
+    drain_all(ctx)
+    assert merge_namespace(ctx, "r") == 1
+    gone = twin if served.get(twin, namespace="r").id == first else first
+
+    served.store("The customer now signs in with passkeys.", namespace="r", id=gone)
+    drain_all(ctx)
+
+    back = served.get(gone, namespace="r")
+    assert back.id == gone and back.content == "The customer now signs in with passkeys."
+    assert gone in {h.id for h in served.search("passkeys", namespace="r", k=5)}
+    assert check_namespace(ctx, "r") == []
