@@ -39,18 +39,32 @@ _STATE_VERB = (
     r"|is written in|was written in|is implemented in|is based on|must be|will be|is now"
     r"|was|is|are)"
 )
-#: Explicit changes in a newer note (each names the new value, the old one, or both).
+#: Any explicit change contains one of these (cheap substring tests before the patterns).
+VERB_STEMS = ("switch", " mov", "migrat", "chang", " port", "convert", "transition", "upgrad")
+TRIGGERS = (*VERB_STEMS, "replac", "instead", " now ", "longer")
+#: Explicit changes in a newer note (each names the new value, the old one, or both), each
+#: with the words of which the text must contain one before the (slower) pattern is tried.
 CHANGES = tuple(
-    re.compile(p, re.IGNORECASE)
-    for p in (
-        rf"\b{_CHANGE_VERB}\s+(?:{_SUBJECT}\s+)?from\s+{_OLD}\s+to\s+{_NEW}",
-        rf"\breplac(?:e|es|ed|ing)\s+{_OLD}\s+(?:with|by)\s+{_NEW}",
-        rf"\b{_OLD}\s+(?:was|is|has been|have been|is being|got)\s+replaced\s+(?:with|by)\s+{_NEW}",
-        rf"\b(?:use|uses|using|chose|choose|picked|went with|go with|adopted)\s+{_NEW}"
-        rf"\s+instead\s+of\s+{_OLD}",
-        rf"\b{_CHANGE_VERB}\s+(?:{_SUBJECT}\s+)?(?:over\s+)?to\s+{_NEW}",
-        rf"\b{_SUBJECT}\s+now\s+(?:uses|runs on|is built with|is written in|is)\s+{_NEW}",
-        rf"\bno\s+longer\s+(?:use|uses|using|run|runs|rely on|relies on)\s+{_OLD}",
+    (gate, re.compile(p, re.IGNORECASE))
+    for gate, p in (
+        (("from",), rf"\b{_CHANGE_VERB}\s+(?:{_SUBJECT}\s+)?from\s+{_OLD}\s+to\s+{_NEW}"),
+        (("replac",), rf"\breplac(?:e|es|ed|ing)\s+{_OLD}\s+(?:with|by)\s+{_NEW}"),
+        (
+            ("replaced",),
+            rf"\b{_OLD}\s+(?:was|is|has been|have been|is being|got)\s+replaced\s+(?:with|by)"
+            rf"\s+{_NEW}",
+        ),
+        (
+            ("instead",),
+            rf"\b(?:use|uses|using|chose|choose|picked|went with|go with|adopted)\s+{_NEW}"
+            rf"\s+instead\s+of\s+{_OLD}",
+        ),
+        (VERB_STEMS, rf"\b{_CHANGE_VERB}\s+(?:{_SUBJECT}\s+)?(?:over\s+)?to\s+{_NEW}"),
+        (
+            (" now ",),
+            rf"\b{_SUBJECT}\s+now\s+(?:uses|runs on|is built with|is written in|is)\s+{_NEW}",
+        ),
+        (("longer",), rf"\bno\s+longer\s+(?:use|uses|using|run|runs|rely on|relies on)\s+{_OLD}"),
     )
 )
 #: What an older note states: a value for a subject.
@@ -61,13 +75,21 @@ STATEMENTS = tuple(
         rf"\b{_SUBJECT}\s+{_STATE_VERB}\s+{_VALUE}",
     )
 )
-#: A change that is asked, hedged, planned, conditional or negated is no change yet.
-HEDGES = re.compile(
-    r"\?|\b(?:might|may|maybe|perhaps|could|should|would|consider\w*|think\w*|plan\w*"
-    r"|propos\w*|suggest\w*|if|whether|unless|evaluat\w*|discuss\w*|not|never|won't|don't"
-    r"|didn't|doesn't|isn't|aren't|wasn't|cannot|can't|against)\b",
-    re.IGNORECASE,
+#: A change that is asked, hedged, planned, conditional or negated is no change yet: these
+#: words, words starting with HEDGE_PREFIXES, or a question mark.
+HEDGE_WORDS = frozenset(
+    """might may maybe perhaps could should would if whether unless not never won't don't
+    didn't doesn't isn't aren't wasn't cannot can't against""".split()
 )
+HEDGE_PREFIXES = ("consider", "think", "plan", "propos", "suggest", "evaluat", "discuss")
+WORDS = re.compile(r"[a-z']+")
+
+
+def hedged(lowered: str) -> bool:
+    """Whether a lowercased text asks, hedges, plans, conditions or negates."""
+    if "?" in lowered:
+        return True
+    return any(w in HEDGE_WORDS or w.startswith(HEDGE_PREFIXES) for w in WORDS.findall(lowered))
 
 
 @dataclass(frozen=True)
@@ -97,10 +119,13 @@ def _subject(raw: str | None) -> str | None:
 
 def change_of(content: str) -> list[Change]:
     """The explicit changes ``content`` states (none when it is hedged, asked or negated)."""
-    if HEDGES.search(content):
+    lowered = " " + content.lower()  # so a stem with a leading space matches a first word
+    if not any(t in lowered for t in TRIGGERS) or hedged(lowered):
         return []
     out: list[Change] = []
-    for pattern in CHANGES:
+    for gate, pattern in CHANGES:
+        if not any(word in lowered for word in gate):
+            continue
         for m in pattern.finditer(content):
             groups = m.groupdict()
             old, new = _value(groups.get("old")), _value(groups.get("new"))

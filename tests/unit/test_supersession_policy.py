@@ -31,6 +31,8 @@ def note(content: str, at: float, *, kind: str = "note", valid_to: float | None 
     [
         ("We are switching the frontend to Svelte.", Change("frontend", None, "svelte")),
         ("We moved from React to Svelte.", Change(None, "react", "svelte")),
+        ("Moved from React to Svelte.", Change(None, "react", "svelte")),
+        ("Ported the backend from Python to Go1.22.", Change("backend", "python", "go1.22")),
         ("We replaced React with Svelte.", Change(None, "react", "svelte")),
         ("React was replaced by Svelte last week.", Change(None, "react", "svelte")),
         ("We now use Svelte instead of React.", Change(None, "react", "svelte")),
