@@ -5,12 +5,13 @@ returns the survivor; near-misses (other numbers, a negation, another event) sta
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Iterator
 
 import msgpack
 import pytest
 
-from producer import MemoryClient
+from producer import AsyncMemoryClient, MemoryClient, NotFound
 from tests.conftest import drain_all
 from worker.context import WorkerContext
 from worker.integrity import check_namespace
@@ -152,3 +153,20 @@ def test_storing_a_merged_id_again_brings_it_back_as_a_note_of_its_own(ctx, serv
     assert back.id == gone and back.content == "The customer now signs in with passkeys."
     assert gone in {h.id for h in served.search("passkeys", namespace="r", k=5)}
     assert check_namespace(ctx, "r") == []
+
+
+def test_the_async_client_follows_a_merged_id_too(ctx, settings):
+    async def scenario() -> None:
+        async with AsyncMemoryClient(settings) as mem:
+            first = await mem.store(FACT, namespace="a")
+            twin = await mem.store(TWIN, namespace="a")
+            drain_all(ctx)
+            assert merge_namespace(ctx, "a") == 1
+            notes = [await mem.get(i, namespace="a") for i in (first, twin)]
+            assert notes[0].id == notes[1].id == first  # equal access counts: the older stays
+            await mem.delete(first, namespace="a")
+            drain_all(ctx)
+            with pytest.raises(NotFound):
+                await mem.get(twin, namespace="a")
+
+    asyncio.run(scenario())
