@@ -28,6 +28,7 @@ import logging
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass
+from datetime import UTC, datetime
 from typing import Any
 
 import msgpack
@@ -97,9 +98,15 @@ def _prompt(groups: list[tuple[int, Text, list[tuple[int, Text]]]]) -> str:
         "are not superseded. Answer with the pairs, possibly none.",
     ]
     for n, new, olds in groups:
-        lines.append(f"\nNEW [{n}] {new.content[:PROMPT_NOTE_CHARS]}")
-        lines += [f"  OLDER [{m}] {old.content[:PROMPT_NOTE_CHARS]}" for m, old in olds]
+        lines.append(f"\nNEW [{n}] ({_date(new.at)}) {new.content[:PROMPT_NOTE_CHARS]}")
+        lines += [
+            f"  OLDER [{m}] ({_date(old.at)}) {old.content[:PROMPT_NOTE_CHARS]}" for m, old in olds
+        ]
     return "\n".join(lines)
+
+
+def _date(at: float) -> str:
+    return datetime.fromtimestamp(at, tz=UTC).strftime("%Y-%m-%d %H:%M")
 
 
 def judge_llm(

@@ -158,7 +158,8 @@ def test_the_llm_judge_supersedes_what_the_rule_cannot_see(redis_db, tmp_path, c
             assert note.superseded_by == new
             assert note.valid_to == mem.get(new, namespace="d").created_at
         prompt = chat.requests[-1]["messages"][1]["content"]
-        assert f"NEW [1] {DEPLOYS[1]}" in prompt and f"OLDER [2] {DEPLOYS[0]}" in prompt
+        assert f") {DEPLOYS[1]}" in prompt.split("NEW [1] (")[1].splitlines()[0]
+        assert f") {DEPLOYS[0]}" in prompt.split("OLDER [2] (")[1].splitlines()[0]
         assert meta(ctx, "d", old, new)["source"] == f"model:{ctx.settings.llm_model}"
         assert supersede_namespace(ctx, "d") == 0  # the cursor moved on: no second call
         assert len(chat.requests) == 1
