@@ -48,6 +48,7 @@ OLD_SIDE = "superseded_by"  #: link reason on the older note's side
 NEW_SIDE = "supersedes"  #: link reason on the newer note's side
 MAX_NEW_PER_RUN = 500  #: new notes supersede_namespace looks at per run
 MAX_NAMESPACES_PER_RUN = 20  #: namespaces supersede_all visits per run
+NEAREST_K = 10  #: nearest notes each new note is judged against
 LLM_CANDIDATES = 3  #: older notes shown to the LLM per new note
 PROMPT_NOTE_CHARS = 400  #: each note's content is cut to this in a prompt
 CURSOR = "supersede_seq"  #: stats field: the highest seq supersede_namespace has looked at
@@ -166,7 +167,7 @@ def on_ingest(ctx: WorkerContext, lease: Lease, ns: str, contents: dict[str, str
     if not marked:
         return 0
     s = ctx.settings
-    near = pairs.nearest(ctx, ns, marked, s.link_k, s.supersede_min_cosine)
+    near = pairs.nearest(ctx, ns, marked, NEAREST_K, s.supersede_min_cosine)
     texts = pairs.read_texts(ctx, ns, [*marked, *(nb for row in near.values() for nb, _ in row)])
     news = [texts[nid] for nid in marked if nid in texts]
     return apply(ctx, ns, lease, judge_rule(news, near, texts))
@@ -183,7 +184,7 @@ def supersede_namespace(ctx: WorkerContext, ns: str) -> int:
     done = 0
     if fresh:
         ids = [nid for nid, _ in fresh]
-        near = pairs.nearest(ctx, ns, ids, s.link_k, s.supersede_min_cosine)
+        near = pairs.nearest(ctx, ns, ids, NEAREST_K, s.supersede_min_cosine)
         texts = pairs.read_texts(ctx, ns, [*ids, *(nb for row in near.values() for nb, _ in row)])
         news = [texts[nid] for nid in ids if nid in texts]
         decided = judge_rule(news, near, texts)
