@@ -125,6 +125,22 @@ def nearest(
     }
 
 
+def lexical(
+    ctx: WorkerContext, ns: str, queries: dict[str, list[str]], k: int
+) -> dict[str, list[str]]:
+    """For each id, the up to ``k`` other notes that BM25 ranks best for its query terms
+    (stemmed index terms), best first."""
+    proj = ctx.projection(ns)
+    with proj.lock:
+        catch_up(ctx, proj)
+        found = {
+            nid: [proj.ids[seq] for seq, _ in proj.lexical.search(terms, k + 1) if seq in proj.ids]
+            for nid, terms in queries.items()
+            if terms
+        }
+    return {nid: [nb for nb in hits if nb != nid][:k] for nid, hits in found.items()}
+
+
 def due_namespaces(ctx: WorkerContext, last_field: str, limit: int) -> list[str]:
     """Namespaces written since the job's last run there (its ``last_field`` in stats), least
     recently visited first, at most ``limit``."""

@@ -8,8 +8,9 @@ evidence (``why``) and the source (``rule`` or ``model:<name>``). Search ranks n
 first and ``as_of`` sees the older note again. Each supersession is audited (op ``supersede``,
 before/after of both fields and of the link) and ``revert_supersession`` undoes it exactly.
 
-Two judges look at a pair (a newer note and one of its nearest older notes, cosine at least
-``supersede_min_cosine``, both plain notes, the older one still valid):
+Two judges look at a pair (a newer note and one of its NEAREST_K nearest older notes, cosine
+at least ``supersede_min_cosine``, or for the rule one of the notes BM25 ranks best for the
+change's subject and old value; both plain notes, the older one still valid):
 
 - the rule (worker.supersession_rule: explicit change markers only) runs on each ingest batch
   (``on_ingest``, only for the notes with a change marker, under the batch's namespace lock)
@@ -38,8 +39,9 @@ from redis.client import Pipeline
 from worker import llm, notes, pairs
 from worker.context import WorkerContext
 from worker.lease import Lease
+from worker.lexical import analyze
 from worker.pairs import Text
-from worker.supersession_rule import change_of, eligible, judge_pair
+from worker.supersession_rule import Change, change_of, eligible, judge_pair
 
 log = logging.getLogger(__name__)
 
@@ -66,12 +68,12 @@ class Decision:
 
 
 def judge_rule(
-    news: Sequence[Text], near: dict[str, list[tuple[str, float]]], texts: dict[str, Text]
+    news: Sequence[Text], near: dict[str, list[str]], texts: dict[str, Text]
 ) -> list[Decision]:
-    """The rule over each new note and its nearest notes."""
+    """The rule over each new note and its candidates."""
     out: list[Decision] = []
     for new in news:
-        for nb, _ in near.get(new.id, []):
+        for nb in near.get(new.id, []):
             old = texts.get(nb)
             why = judge_pair(new, old) if old is not None else None
             if why is not None and old is not None:
@@ -163,14 +165,35 @@ def on_ingest(ctx: WorkerContext, lease: Lease, ns: str, contents: dict[str, str
     notes with a change marker are looked at. Returns how many notes were superseded."""
     if not ctx.settings.supersede:
         return 0
-    marked = [nid for nid, content in contents.items() if change_of(content)]
+    changes = {nid: change_of(content) for nid, content in contents.items()}
+    marked = {nid: found for nid, found in changes.items() if found}
     if not marked:
         return 0
-    s = ctx.settings
-    near = pairs.nearest(ctx, ns, marked, NEAREST_K, s.supersede_min_cosine)
-    texts = pairs.read_texts(ctx, ns, [*marked, *(nb for row in near.values() for nb, _ in row)])
+    near = pairs.nearest(ctx, ns, list(marked), NEAREST_K, ctx.settings.supersede_min_cosine)
+    rule_near = _rule_candidates(ctx, ns, marked, near)
+    texts = pairs.read_texts(ctx, ns, [*marked, *(nb for row in rule_near.values() for nb in row)])
     news = [texts[nid] for nid in marked if nid in texts]
-    return apply(ctx, ns, lease, judge_rule(news, near, texts))
+    return apply(ctx, ns, lease, judge_rule(news, rule_near, texts))
+
+
+def _rule_candidates(
+    ctx: WorkerContext,
+    ns: str,
+    changes: dict[str, list[Change]],
+    near: dict[str, list[tuple[str, float]]],
+) -> dict[str, list[str]]:
+    """The rule's candidates: each note's nearest notes and the notes BM25 ranks best for the
+    subject and old value of its changes (an older note about the same subject may be far in
+    the embedding space of a busy namespace)."""
+    queries = {
+        nid: analyze(" ".join(w for c in found for w in (c.subject, c.old) if w))
+        for nid, found in changes.items()
+    }
+    by_words = pairs.lexical(ctx, ns, queries, NEAREST_K)
+    return {
+        nid: list(dict.fromkeys([*(nb for nb, _ in near.get(nid, [])), *by_words.get(nid, [])]))
+        for nid in changes
+    }
 
 
 def supersede_namespace(ctx: WorkerContext, ns: str) -> int:
@@ -185,9 +208,15 @@ def supersede_namespace(ctx: WorkerContext, ns: str) -> int:
     if fresh:
         ids = [nid for nid, _ in fresh]
         near = pairs.nearest(ctx, ns, ids, NEAREST_K, s.supersede_min_cosine)
-        texts = pairs.read_texts(ctx, ns, [*ids, *(nb for row in near.values() for nb, _ in row)])
+        texts = pairs.read_texts(ctx, ns, ids)
+        changes = {nid: change_of(t.content) for nid, t in texts.items()}
+        rule_near = _rule_candidates(ctx, ns, {n: c for n, c in changes.items() if c}, near)
+        seen = [nb for row in near.values() for nb, _ in row]
+        texts |= pairs.read_texts(
+            ctx, ns, [*seen, *(nb for row in rule_near.values() for nb in row)]
+        )
         news = [texts[nid] for nid in ids if nid in texts]
-        decided = judge_rule(news, near, texts)
+        decided = judge_rule(news, rule_near, texts)
         if s.llm_url is not None:
             left = [t for t in news if t.id not in {d.new_id for d in decided}]
             decided += judge_llm(ctx, ns, left, near, texts)

@@ -13,10 +13,11 @@ import pytest
 from producer import MemoryClient
 from tests.conftest import drain_all, make_settings
 from tests.integration.chat_server import ChatServer, Scripted, answer, chat
+from worker import pairs
 from worker.context import WorkerContext
 from worker.integrity import check_namespace
 from worker.server import SearchServer
-from worker.supersession import revert_supersession, supersede_namespace
+from worker.supersession import NEAREST_K, revert_supersession, supersede_namespace
 
 __all__ = ["chat"]
 
@@ -242,3 +243,21 @@ def test_a_revert_restores_the_exact_previous_state(redis_db, tmp_path):
         plain.close()
         if judging is not None:
             judging.close()
+
+
+def test_an_older_statement_far_in_embedding_space_is_found_by_its_subject(ctx, served):
+    react = served.store(REACT, namespace="busy", event_time=T0)
+    decoys = [
+        f"We are switching shift {i} of the support rota for better performance reviews."
+        for i in range(15)
+    ]
+    served.store_many([{"content": d, "event_time": T0 + DAY} for d in decoys], namespace="busy")
+    drain_all(ctx)
+    svelte = served.store(SVELTE, namespace="busy", event_time=T0 + 2 * DAY)
+    drain_all(ctx)
+
+    near = pairs.nearest(ctx, "busy", [svelte], NEAREST_K, ctx.settings.supersede_min_cosine)
+    assert react not in {nb for nb, _ in near[svelte]}  # not among the dense candidates
+    assert served.get(react, namespace="busy").superseded_by == svelte
+    decoy_hits = served.search("support rota shift", namespace="busy", k=20)
+    assert all(h.valid_to is None for h in decoy_hits)
