@@ -131,7 +131,8 @@ def valid_at(fields: dict[str, Any], as_of: float) -> bool:
     """Valid at ``as_of``: holding from its event time (else its creation time) at or before
     it, and not superseded by then (``valid_to``, the successor's event time, after it)."""
     valid_to = fields.get("valid_to")
-    start = fields.get("event_time") or float(fields.get("created_at", 0.0))
+    event = fields.get("event_time")
+    start = float(event) if event is not None else float(fields.get("created_at", 0.0))
     return start <= as_of and (valid_to is None or float(valid_to) > as_of)
 
 
