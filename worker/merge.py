@@ -133,7 +133,7 @@ def merge_namespace(ctx: WorkerContext, ns: str) -> int:
             with Lease(ctx.redis, ctx.keys.lock(ns), s.lease_s, owner=ctx.consumer) as lease:
                 for kept, merged, cosine in found:
                     lease.renew()
-                    done += merge_pair(ctx, ns, lease, kept, merged, f"cosine {cosine:.2f}")
+                    done += merge_pair(ctx, ns, lease, kept, merged, cosine)
         ctx.redis.hset(ctx.keys.stats(ns), CURSOR, max(seq for _, seq in fresh))
     ctx.redis.hset(ctx.keys.stats(ns), "last_merge", time.time())
     log.info(
@@ -166,13 +166,18 @@ class _Plan:
     after: dict[str, Any]  #: the survivor's changed fields
 
 
-def merge_pair(ctx: WorkerContext, ns: str, lease: Lease, kept: str, merged: str, why: str) -> int:
-    """Merge ``merged`` into ``kept`` in one fenced MULTI/EXEC (the caller holds the namespace
-    lock); 0 when either changed since it was judged, else 1."""
-    keys = ctx.keys
+def merge_pair(
+    ctx: WorkerContext, ns: str, lease: Lease, kept: str, merged: str, cosine: float
+) -> int:
+    """Merge ``merged`` into ``kept`` (judged at ``cosine``) in one fenced MULTI/EXEC; the
+    caller holds the namespace lock. 0 when the two no longer pass the rule, else 1."""
+    keys, s = ctx.keys, ctx.settings
     texts = pairs.read_texts(ctx, ns, [kept, merged])
-    if len(texts) < 2 or not all(t.active and t.valid_to is None for t in texts.values()):
+    if len(texts) < 2 or not is_duplicate(
+        texts[kept], texts[merged], cosine, s.merge_min_cosine, s.merge_min_overlap
+    ):
         return 0
+    why = f"cosine {cosine:.2f}"
     plan = _plan(ctx, ns, kept, merged)
     clusters = _clusters_with(ctx, ns, merged, kept)
     with lease.fenced() as pipe:
