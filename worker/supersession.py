@@ -241,15 +241,18 @@ def supersede_all(ctx: WorkerContext) -> int:
 
 
 def apply(ctx: WorkerContext, ns: str, lease: Lease, decisions: Sequence[Decision]) -> int:
-    """Commit the decisions still valid (re-read under the lock) in one fenced MULTI/EXEC; an
-    older note superseded by several new ones takes the earliest. Returns how many."""
+    """Commit the decisions that still hold on the notes re-read under the lock (the rule's are
+    judged again) in one fenced MULTI/EXEC; an older note superseded by several new ones takes
+    the earliest. Returns how many."""
     if not decisions:
         return 0
     texts = pairs.read_texts(ctx, ns, [i for d in decisions for i in (d.old_id, d.new_id)])
     valid = [d for d in decisions if d.old_id in texts and d.new_id in texts]
     chosen: dict[str, Decision] = {}
     for d in sorted(valid, key=lambda d: (texts[d.new_id].at, texts[d.new_id].created_at)):
-        if d.old_id not in chosen and eligible(texts[d.new_id], texts[d.old_id]):
+        new, old = texts[d.new_id], texts[d.old_id]
+        holds = judge_pair(new, old) is not None if d.source == "rule" else eligible(new, old)
+        if d.old_id not in chosen and holds:
             chosen[d.old_id] = d
     ready = list(chosen.values())
     if not ready:
