@@ -8,7 +8,8 @@ runs on / must be / is V" — and fires (``judge_pair``) when a statement has th
 S or old value X and a value other than Y. Values must look like names (capitalised, or with a
 digit or one of ``.+#``).
 
-It does not fire on a hedged, asked, planned, conditional or negated change ("might", "should",
+It does not fire when each note names (capitalised words) something the other never mentions,
+on a hedged, asked, planned, conditional or negated change ("might", "should",
 "plan", "if", "not", a question mark, ...), on an older note that already mentions Y, on a
 change with neither subject nor old value, or on a plain contradiction without a change marker:
 those are the LLM judge's (worker.supersession).
@@ -19,6 +20,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
+from worker.keywords import STOPWORDS
 from worker.lexical import analyze
 from worker.pairs import Text
 
@@ -81,6 +83,8 @@ HEDGE_WORDS = frozenset(
     """might may maybe perhaps could should would if whether unless not never won't don't
     didn't doesn't isn't aren't wasn't cannot can't against""".split()
 )
+#: A capitalised word: a name unless it is a stop word ("We", "The").
+NAMES = re.compile(r"\b[A-Z][\w+#-]*")
 HEDGE_PREFIXES = ("consider", "think", "plan", "propos", "suggest", "evaluat", "discuss")
 WORDS = re.compile(r"[a-z']+")
 
@@ -157,8 +161,15 @@ def _same_subject(a: str, b: str) -> bool:
     return bool(left and right) and (left <= right or right <= left)
 
 
+def names_of(content: str) -> set[str]:
+    """Capitalised words other than stop words (projects, people, products), lowercased."""
+    return {w.lower() for w in NAMES.findall(content)} - STOPWORDS
+
+
 def judge_pair(new: Text, old: Text) -> str | None:
-    """The rule: the evidence that ``new`` supersedes ``old``, or None."""
+    """The rule: the evidence that ``new`` supersedes ``old``, or None. Two notes that each name
+    something the other never mentions (other projects, other people) are about different
+    things."""
     if not eligible(new, old):
         return None
     for change in change_of(new.content):
@@ -168,6 +179,15 @@ def judge_pair(new: Text, old: Text) -> str | None:
             if change.subject is not None and not _same_subject(change.subject, subject):
                 continue
             if change.old is not None and value != change.old:
+                continue
+            values = {value, change.old, change.new}
+            foreign_new = [
+                n for n in names_of(new.content) - values if not _mentions(old.content, n)
+            ]
+            foreign_old = [
+                n for n in names_of(old.content) - values if not _mentions(new.content, n)
+            ]
+            if foreign_new and foreign_old:
                 continue
             return f"{subject}: {value} -> {change.new or '(none)'}"
     return None

@@ -128,10 +128,27 @@ def test_a_change_supersedes_the_matching_older_statement(new):
         ("We moved the frontend from Vue to Svelte.", REACT),
         # hedged
         ("Maybe we should switch the frontend to Svelte.", REACT),
+        # about another project
+        (
+            "Project Zeus is switching the frontend to Svelte.",
+            "Apollo chose React for the frontend.",
+        ),
     ],
 )
 def test_non_matching_pairs_are_left_alone(new, old):
     assert judge_pair(note(new, 2.0), note(old, 1.0)) is None
+
+
+@pytest.mark.parametrize(
+    ("new", "old"),
+    [
+        ("Apollo is switching the frontend to Svelte.", "Apollo chose React for the frontend."),
+        ("Team update: switching the frontend to Svelte.", "Frontend uses React."),
+        ("Zeus is switching the frontend to Svelte.", REACT),
+    ],
+)
+def test_names_only_keep_apart_notes_that_each_name_something_else(new, old):
+    assert judge_pair(note(new, 2.0), note(old, 1.0)) is not None
 
 
 def test_only_a_newer_valid_plain_note_supersedes_a_valid_plain_note():
