@@ -9,10 +9,10 @@ S or old value X and a value other than Y. Values must look like names (capitali
 digit or one of ``.+#``).
 
 It does not fire when each note names (capitalised words) something the other never mentions,
-on a hedged, asked, planned, conditional or negated change ("might", "should",
-"plan", "if", "not", a question mark, ...), on an older note that already mentions Y, on a
-change with neither subject nor old value, or on a plain contradiction without a change marker:
-those are the LLM judge's (worker.supersession).
+on a hedged, asked, planned, conditional or negated change ("might", "should", "plan", "if",
+"not", a question mark, ...), on an older note that already mentions Y, on a change with
+neither subject nor old value, or on a plain contradiction without a change marker: those are
+the LLM judge's (worker.supersession).
 """
 
 from __future__ import annotations
