@@ -20,6 +20,7 @@ from producer import proposals as rv
 from producer import validation as v
 from producer.core import (
     ENQUEUE_LUA,
+    MAX_MERGE_HOPS,
     STORE_FIELDS,
     ClientCore,
     Namespaces,
@@ -139,14 +140,20 @@ class MemoryClient:
         return raw
 
     def get(self, note_id: str, *, namespace: str | None = None) -> Note:
-        """The stored note with its links; NotFound when absent, tombstoned or not organised yet."""
+        """The stored note with its links; NotFound when absent, tombstoned or not organised yet.
+        A note merged into a near-duplicate returns the survivor (whose id differs)."""
         ns = self._core.namespace(namespace)
         v.check_id(note_id)
-        with redis_errors():
-            pipe = self._redis.pipeline(transaction=False)
-            pipe.hgetall(self.keys.note(ns, note_id))
-            pipe.zrange(self.keys.links(ns, note_id), 0, -1, withscores=True)
-            fields, links = pipe.execute()
+        target: str | None = note_id
+        for _ in range(MAX_MERGE_HOPS):
+            if target is None:
+                break
+            with redis_errors():
+                pipe = self._redis.pipeline(transaction=False)
+                pipe.hgetall(self.keys.note(ns, target))
+                pipe.zrange(self.keys.links(ns, target), 0, -1, withscores=True)
+                fields, links = pipe.execute()
+            target = self._core.merged_into(fields)
         return self._core.parse_note(ns, note_id, fields, links)
 
     def connected(
@@ -357,11 +364,16 @@ class AsyncMemoryClient:
     async def get(self, note_id: str, *, namespace: str | None = None) -> Note:
         ns = self._core.namespace(namespace)
         v.check_id(note_id)
-        with redis_errors():
-            pipe = self._redis.pipeline(transaction=False)
-            pipe.hgetall(self.keys.note(ns, note_id))
-            pipe.zrange(self.keys.links(ns, note_id), 0, -1, withscores=True)
-            fields, links = await pipe.execute()
+        target: str | None = note_id
+        for _ in range(MAX_MERGE_HOPS):
+            if target is None:
+                break
+            with redis_errors():
+                pipe = self._redis.pipeline(transaction=False)
+                pipe.hgetall(self.keys.note(ns, target))
+                pipe.zrange(self.keys.links(ns, target), 0, -1, withscores=True)
+                fields, links = await pipe.execute()
+            target = self._core.merged_into(fields)
         return self._core.parse_note(ns, note_id, fields, links)
 
     async def connected(

@@ -215,6 +215,12 @@ class ClientCore:
             raise NotFound(f"no active note {note_id!r} in namespace {namespace!r}")
         return note_from_hash(fields, {k.decode(): float(w) for k, w in links})
 
+    def merged_into(self, fields: Any) -> str | None:
+        """The survivor's id when this note hash is a near-duplicate merged away, else None."""
+        if fields and fields.get(b"status") == b"tombstoned" and b"merged_into" in fields:
+            return str(fields[b"merged_into"].decode())
+        return None
+
     def parse_stats(self, namespace: str, replies: list[Any]) -> Stats:
         notes, tombstoned, pending, raw = replies
         counters = {k.decode(): v.decode() for k, v in raw.items()}
@@ -246,6 +252,7 @@ def job_runs(counters: Mapping[str, str]) -> dict[str, JobRun]:
     }
 
 
+MAX_MERGE_HOPS = 8  #: merged_into pointers get() follows (a survivor can be merged again)
 RETRY_BASE_S = 0.05  #: first backoff before a Redis command is retried
 RETRY_CAP_S = 0.5  #: longest backoff between retries
 

@@ -30,7 +30,9 @@ P:{ns}:tombstoned              zset    tombstoned note id -> time of tombstoning
 P:{ns}:changes                 stream  change log the projections replay: {op: add|remove, seq}
 P:{ns}:audit                   stream  one entry per mutation: who/what/when/before/after/source
 P:{ns}:stats                   hash    counters and last organisation times; run_<job>,
-                                       work_<job>, took_<job>: the last run of each periodic job
+                                       work_<job>, took_<job>: the last run of each periodic job;
+                                       the seq cursors of the pairwise jobs (supersede_seq,
+                                       merge_seq)
 P:{ns}:tail                    string  packed (id, event_time, agent, created_at) of the last new
                                        note, for the next batch's sequence links
 P:{ns}:lock                    string  token of the worker mutating the namespace (PX lock_ms)

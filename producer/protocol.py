@@ -123,6 +123,7 @@ class Hit(BaseModel):
     created_at: float = 0.0
     event_time: float | None = None
     valid_to: float | None = None
+    superseded_by: str | None = None
 
 
 class JobRun(BaseModel):
@@ -171,10 +172,14 @@ class Note(BaseModel):
     embedder: str = ""
     seq: int = 0
     links: dict[str, float] = Field(default_factory=dict)
+    superseded_by: str | None = None
+    merged_from: list[str] = Field(default_factory=list)
 
 
 #: Note hash fields whose values are msgpack-packed (the others are plain strings/numbers).
-PACKED_FIELDS = frozenset({"keywords", "tags", "metadata", "agent", "event_time", "valid_to"})
+PACKED_FIELDS = frozenset(
+    {"keywords", "tags", "metadata", "agent", "event_time", "valid_to", "merged_from"}
+)
 #: Note hash fields that hold raw bytes and are never part of the Note model.
 RAW_FIELDS = frozenset({"vec", "src"})
 

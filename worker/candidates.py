@@ -30,7 +30,7 @@ RANK_FIELDS = (
     "embedder",
 )
 #: Fields only the returned hits need.
-HIT_FIELDS = ("content", "keywords", "metadata", "vec")
+HIT_FIELDS = ("content", "keywords", "metadata", "superseded_by", "vec")
 
 
 @dataclass
@@ -154,10 +154,18 @@ def passes(c: Cand, filters: dict[str, Any]) -> bool:
 
 
 def valid_at(fields: dict[str, Any], as_of: float) -> bool:
-    """Recorded by ``as_of`` and not yet superseded then."""
+    """Valid at ``as_of``: holding from its event time (else its creation time) at or before
+    it, and not superseded by then (``valid_to``, the successor's event time, after it)."""
     valid_to = fields.get("valid_to")
-    recorded = float(fields.get("created_at", 0.0)) <= as_of
-    return recorded and (valid_to is None or float(valid_to) > as_of)
+    event = fields.get("event_time")
+    start = float(event) if event is not None else float(fields.get("created_at", 0.0))
+    return start <= as_of and (valid_to is None or float(valid_to) > as_of)
+
+
+def superseded(c: Cand, at: float) -> bool:
+    """Whether the candidate was superseded by ``at`` (such notes rank below valid ones)."""
+    valid_to = c.fields.get("valid_to")
+    return valid_to is not None and float(valid_to) <= at
 
 
 def score(c: Cand, now: float, half_life_s: float, boost_scale: float) -> None:
@@ -198,4 +206,5 @@ def to_hit(c: Cand) -> Hit:
         created_at=float(f.get("created_at", 0.0)),
         event_time=f.get("event_time"),
         valid_to=f.get("valid_to"),
+        superseded_by=f.get("superseded_by"),
     )

@@ -20,7 +20,7 @@ import numpy as np
 import numpy.typing as npt
 
 from producer.protocol import DeleteJob, StoreJob
-from worker import construction, notes
+from worker import construction, notes, supersession
 from worker.context import WorkerContext
 from worker.keywords import derive_tags
 from worker.lease import Lease
@@ -124,6 +124,7 @@ def _store(
             catch_up(ctx, proj)
         index_stats = {"index_kind": proj.index.kind, "index_size": len(proj.index)}
     ctx.redis.hset(ctx.keys.stats(ns), mapping=index_stats)
+    supersession.on_ingest(ctx, lease, ns, {p.job.id: p.job.content for p in todo if p.relink})
     log.info(
         "store batch ns=%s n=%d links=%d in %.1fms",
         ns,

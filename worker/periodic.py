@@ -33,7 +33,7 @@ from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 
 from producer.protocol import JobRun
-from worker import consolidation, eviction, evolution, importance
+from worker import consolidation, eviction, evolution, importance, merge, supersession
 from worker.context import WorkerContext
 from worker.embedding import EmbedderUnavailable
 from worker.lease import LeaseLost
@@ -45,9 +45,12 @@ log = logging.getLogger(__name__)
 NamespaceJob = Callable[[WorkerContext, str], int]
 
 #: The periodic per-namespace jobs in the order organise() runs them: what changes the graph
-#: first, then evolution of the notes new links reached, then importance over the final graph,
-#: then eviction by that fresh importance.
+#: first (duplicates merged, superseded notes marked, insights written), then evolution of the
+#: notes new links reached, then importance over the final graph, then eviction by that fresh
+#: importance.
 JOBS: dict[str, NamespaceJob] = {
+    "merge": merge.merge_namespace,
+    "supersede": supersession.supersede_namespace,
     "consolidate": consolidation.consolidate_namespace,
     "evolve": evolution.evolve_namespace,
     "importance": importance.importance_namespace,

@@ -115,11 +115,13 @@ def search(
     half_life_s = s.recency_half_life_days * 86_400
     for c in pool:
         cands_.score(c, now, half_life_s, s.boost_scale)
-    ranked = sorted(pool, key=lambda c: (-c.score, c.ns, c.id))
+    at = now if job.as_of is None else job.as_of
+    ranked = sorted(pool, key=lambda c: (cands_.superseded(c, at), -c.score, c.ns, c.id))
     if job.diversity > 0:
         ranked = ranked[: job.k * MMR_POOL]
         cands_.load_hit_fields(ctx, ranked, qvec, ctx.embedder.name)
         ranked = _diversify(ranked, job.k, job.diversity)
+        ranked.sort(key=lambda c: cands_.superseded(c, at))
     top = ranked[: job.k]
     cands_.load_hit_fields(ctx, top, qvec, ctx.embedder.name)
     return [cands_.to_hit(c) for c in top]
@@ -261,9 +263,10 @@ def render_context(hits: list[Hit], max_tokens: int) -> str:
     for h in hits:
         when = h.event_time or h.created_at
         date = datetime.fromtimestamp(when, tz=UTC).strftime("%Y-%m-%d %H:%M")
+        later = f' superseded_by="{h.superseded_by}"' if h.superseded_by else ""
         block = (
             f'<memory id="{h.id}" namespace="{h.namespace}" date="{date}" kind="{h.kind}" '
-            f'links="{len(h.links)}">\n{html.escape(h.content, quote=False)}\n</memory>'
+            f'links="{len(h.links)}"{later}>\n{html.escape(h.content, quote=False)}\n</memory>'
         )
         if len(block) + 1 > budget:
             break

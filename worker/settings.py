@@ -145,6 +145,18 @@ class WorkerSettings(ProducerSettings):
     #: change waits for accept or reject) or "apply" (each change is made at once, revertible).
     evolution: Literal["off", "propose", "apply"] = "off"
 
+    #: Supersession: detect notes that a newer note updates (heuristic at ingest and in
+    #: supersede_namespace; the LLM judge there too when llm_url is set), the cosine a pair
+    #: needs before either judge looks at it, and new notes per LLM call.
+    supersede: bool = True
+    supersede_min_cosine: float = Field(default=0.15, ge=-1.0, le=1.0)
+    supersede_llm_batch: int = Field(default=8, ge=1, le=64)
+    #: Near-duplicate merge (merge_namespace): on/off, the cosine and the overlap of the two
+    #: notes' content words (Jaccard) a pair needs to be merged.
+    merge: bool = True
+    merge_min_cosine: float = Field(default=0.9, ge=0.5, le=1.0)
+    merge_min_overlap: float = Field(default=0.9, ge=0.5, le=1.0)
+
     @model_validator(mode="after")
     def _beat_lock_outlives_a_tick(self) -> WorkerSettings:
         if self.beat_lock_s < 2 * self.beat_tick_s:

@@ -1,0 +1,60 @@
+"""Seed 001's story end to end with a real `zettelq worker` process: five events in, the
+periodic jobs run, and "what is the current frontend technology and why?" answers with the
+Svelte note first and the React note marked superseded; as of a time before the switch the
+React note is the valid one."""
+
+from __future__ import annotations
+
+import time
+
+import pytest
+
+from producer import MemoryClient
+from tests.e2e.workers import running, wait_until
+from worker.consolidation import consolidate_namespace
+from worker.context import WorkerContext
+from worker.integrity import check_namespace
+from worker.merge import merge_namespace
+from worker.supersession import supersede_namespace
+
+pytestmark = pytest.mark.e2e
+
+EVENTS = [
+    "The project 'Apollo' aims to build a dashboard for tracking solar panel efficiency.",
+    "We chose React for the frontend because the team knows it well.",
+    "The backend must be Python to support the data science libraries.",
+    "Client called. They are unhappy with React performance on low-end devices.",
+    "We are switching the frontend to Svelte for better performance.",
+]
+QUERY = "what is the current frontend technology and why?"
+
+
+def test_seed_001_the_switch_to_svelte_supersedes_react(settings):
+    ns = "apollo"
+    with running(settings), MemoryClient(settings) as mem:
+        ids = [mem.store(event, namespace=ns, agent="pm") for event in EVENTS[:4]]
+        mem.flush(ns, timeout_s=60)
+        before_switch = time.time()
+        ids.append(mem.store(EVENTS[4], namespace=ns, agent="pm"))
+        wait_until(lambda: mem.stats(ns).notes == 5 and mem.stats(ns).pending == 0, 60)
+        react, svelte = ids[1], ids[4]
+
+        ctx = WorkerContext.build(settings)
+        try:
+            consolidate_namespace(ctx, ns)
+            supersede_namespace(ctx, ns)
+            merge_namespace(ctx, ns)
+            assert check_namespace(ctx, ns) == []
+        finally:
+            ctx.close()
+
+        hits = mem.search(QUERY, namespace=ns, k=5, timeout_s=60)
+        assert hits[0].id == svelte and hits[0].valid_to is None
+        marked = {h.id: h for h in hits}[react]
+        assert marked.superseded_by == svelte
+        assert marked.valid_to == mem.get(svelte, namespace=ns).created_at
+        assert all(h.valid_to is None for h in hits if h.id != react)
+
+        past = mem.search(QUERY, namespace=ns, k=5, as_of=before_switch, timeout_s=60)
+        assert past[0].id == react and svelte not in {h.id for h in past}
+        assert mem.get(react, namespace=ns).superseded_by == svelte

@@ -1,0 +1,320 @@
+"""Near-duplicate merge: two notes that say the same thing become one.
+
+The rule (``is_duplicate``, pure) is conservative; a pair is merged only when all of these hold:
+
+- both are active plain notes (no insight), neither superseded, with the same ``event_time``
+  (both none, or equal: the same fact observed at two times is two memories);
+- their cosine is at least ``merge_min_cosine``;
+- their content words (stemmed, stop words left out) overlap by at least ``merge_min_overlap``
+  (Jaccard), and they carry exactly the same numbers and the same negations ("not", "no",
+  "never", "n't", ...), so "every 30 days" never merges with "every 90 days", nor "uses X" with
+  "no longer uses X".
+
+The note accessed more often survives (on a tie, the older one). It takes the sum of both
+access counts, the later last access, the higher importance, the union of the tags, the
+metadata of both (its own values win; the other's are dropped when the union would pass
+``max_metadata_bytes``) and the other's links, re-pointed on both sides with the larger weight
+where both were linked to the same note (a note the other superseded now names the survivor in
+``superseded_by``). The other note is tombstoned with ``merged_into`` (the survivor's id) and
+leaves the index through the change log; the survivor lists it in ``merged_from``. A
+``get()`` of the merged id returns the survivor. Both notes get a ``merge`` audit entry with
+before and after. ``merge_namespace`` looks at the notes created since its last run.
+"""
+
+from __future__ import annotations
+
+import logging
+import re
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import msgpack
+from redis.client import Pipeline
+
+from worker import notes, pairs
+from worker.context import WorkerContext
+from worker.keywords import tokenize
+from worker.lease import Lease
+from worker.lexical import analyze
+from worker.pairs import Text
+
+log = logging.getLogger(__name__)
+
+JOINERS = re.compile(r"[-_/]")  #: split before comparing words
+NEGATIONS = frozenset({"not", "no", "never", "nor", "none", "nothing", "cannot", "without"})
+MERGE_K = 5  #: nearest notes looked at per new note
+MAX_NEW_PER_RUN = 2_000  #: new notes merge_namespace looks at per run
+MAX_NAMESPACES_PER_RUN = 20  #: namespaces merge_all visits per run
+CURSOR = "merge_seq"  #: stats field: the highest seq merge_namespace has looked at
+STRUCTURAL = frozenset({"superseded_by", "supersedes"})  #: link reasons kept on re-pointing
+
+
+def _words(text: str) -> set[str]:
+    """Content words, stemmed, with compounds split ("key-pair" is "key pair")."""
+    return set(analyze(JOINERS.sub(" ", text)))
+
+
+def overlap(a: str, b: str) -> float:
+    """Jaccard overlap of the two texts' content words (1.0 when both have none)."""
+    left, right = _words(a), _words(b)
+    return len(left & right) / len(left | right) if left | right else 1.0
+
+
+def _markers(text: str) -> tuple[frozenset[str], frozenset[str]]:
+    """The numbers and the negations of a text."""
+    words = tokenize(text)
+    numbers = frozenset(w for w in words if any(ch.isdigit() for ch in w))
+    negations = frozenset(w for w in words if w in NEGATIONS or w.endswith("n't"))
+    return numbers, negations
+
+
+def is_duplicate(a: Text, b: Text, cosine: float, min_cosine: float, min_overlap: float) -> bool:
+    """Whether two notes say the same thing (the rule in the module docstring)."""
+    plain = all(t.active and t.kind == "note" and t.valid_to is None for t in (a, b))
+    return (
+        plain
+        and a.id != b.id
+        and a.event_time == b.event_time
+        and cosine >= min_cosine
+        and _markers(a.content) == _markers(b.content)
+        and overlap(a.content, b.content) >= min_overlap
+    )
+
+
+def survivor(a: Text, b: Text) -> tuple[Text, Text]:
+    """(kept, merged): the more accessed note survives, then the older one, then the lower id."""
+    kept = min((a, b), key=lambda t: (-t.access_count, t.created_at, t.id))
+    return kept, (b if kept is a else a)
+
+
+def find_duplicates(
+    news: Sequence[Text],
+    near: dict[str, list[tuple[str, float]]],
+    texts: dict[str, Text],
+    min_cosine: float,
+    min_overlap: float,
+) -> list[tuple[str, str, float]]:
+    """(kept, merged, cosine) for each duplicate pair, most similar first, each note in at
+    most one pair."""
+    found: list[tuple[float, str, str]] = []
+    for new in news:
+        for nb, cosine in near.get(new.id, []):
+            other = texts.get(nb)
+            if other is not None and is_duplicate(new, other, cosine, min_cosine, min_overlap):
+                kept, merged = survivor(new, other)
+                found.append((cosine, kept.id, merged.id))
+    out: list[tuple[str, str, float]] = []
+    used: set[str] = set()
+    for cosine, kept_id, merged_id in sorted(found, key=lambda f: (-f[0], f[1], f[2])):
+        if kept_id not in used and merged_id not in used:
+            used |= {kept_id, merged_id}
+            out.append((kept_id, merged_id, cosine))
+    return out
+
+
+def merge_namespace(ctx: WorkerContext, ns: str) -> int:
+    """Merge the near-duplicates among the notes created since the last run and their nearest
+    notes; return how many notes were merged away."""
+    s = ctx.settings
+    if not s.merge:
+        return 0
+    started = time.perf_counter()
+    fresh = pairs.new_since(ctx, ns, CURSOR, MAX_NEW_PER_RUN)
+    done = 0
+    if fresh:
+        ids = [nid for nid, _ in fresh]
+        near = pairs.nearest(ctx, ns, ids, MERGE_K, s.merge_min_cosine)
+        texts = pairs.read_texts(ctx, ns, [*ids, *(nb for row in near.values() for nb, _ in row)])
+        news = [texts[nid] for nid in ids if nid in texts]
+        found = find_duplicates(news, near, texts, s.merge_min_cosine, s.merge_min_overlap)
+        if found:
+            with Lease(ctx.redis, ctx.keys.lock(ns), s.lease_s, owner=ctx.consumer) as lease:
+                for kept, merged, cosine in found:
+                    lease.renew()
+                    done += merge_pair(ctx, ns, lease, kept, merged, cosine)
+        ctx.redis.hset(ctx.keys.stats(ns), CURSOR, max(seq for _, seq in fresh))
+    ctx.redis.hset(ctx.keys.stats(ns), "last_merge", time.time())
+    log.info(
+        "merge ns=%s looked_at=%d merged=%d in %.1fms",
+        ns,
+        len(fresh),
+        done,
+        (time.perf_counter() - started) * 1000,
+    )
+    return done
+
+
+def merge_all(ctx: WorkerContext) -> int:
+    """merge_namespace over the namespaces written since their last run."""
+    names = pairs.due_namespaces(ctx, "last_merge", MAX_NAMESPACES_PER_RUN)
+    return sum(merge_namespace(ctx, ns) for ns in names)
+
+
+@dataclass
+class _Plan:
+    """What one merge reads under the lock and writes."""
+
+    kept: str
+    merged: str
+    k: dict[str, Any]  #: the survivor's fields
+    m: dict[str, Any]  #: the merged note's fields
+    links: dict[str, dict[str, float]]  #: both notes' links
+    metas: dict[str, tuple[bytes, bytes]]  #: the merged note's link metas, both sides
+    moved: dict[str, float]  #: links the survivor takes over, with their weights
+    after: dict[str, Any]  #: the survivor's changed fields
+
+
+def merge_pair(
+    ctx: WorkerContext, ns: str, lease: Lease, kept: str, merged: str, cosine: float
+) -> int:
+    """Merge ``merged`` into ``kept`` (judged at ``cosine``) in one fenced MULTI/EXEC; the
+    caller holds the namespace lock. 0 when the two no longer pass the rule, else 1."""
+    keys, s = ctx.keys, ctx.settings
+    texts = pairs.read_texts(ctx, ns, [kept, merged])
+    if len(texts) < 2 or not is_duplicate(
+        texts[kept], texts[merged], cosine, s.merge_min_cosine, s.merge_min_overlap
+    ):
+        return 0
+    why = f"cosine {cosine:.2f}"
+    plan = _plan(ctx, ns, kept, merged)
+    clusters = _clusters_with(ctx, ns, merged, kept)
+    with lease.fenced() as pipe:
+        notes.unlink_all(pipe, keys, ns, merged, plan.links[merged])
+        notes.tombstone_all(
+            pipe, keys, ns, {merged: int(plan.m["seq"])}, ctx.settings.changelog_max
+        )
+        pipe.hset(keys.note(ns, merged), "merged_into", kept)
+        pipe.hset(keys.note(ns, kept), mapping=notes.encode_fields(plan.after))
+        pipe.hincrby(keys.note(ns, kept), "access_count", int(plan.m.get("access_count", 0)))
+        _repoint(pipe, ctx, ns, kept, plan.moved, plan.metas)
+        if clusters:
+            pipe.hset(keys.clusters(ns), mapping=clusters)
+        added = sum(1 for nb in plan.moved if nb not in plan.links[kept])
+        pipe.hincrby(keys.stats(ns), "links", added - len(plan.links[merged]))
+        pipe.hincrby(keys.stats(ns), "merged", 1)
+        _audit(pipe, ctx, ns, plan, f"merge:{why}")
+        pipe.execute()
+    log.info("merged ns=%s %s into %s (%s)", ns, merged, kept, why)
+    return 1
+
+
+def _plan(ctx: WorkerContext, ns: str, kept: str, merged: str) -> _Plan:
+    keys = ctx.keys
+    raw = notes.read_notes(ctx.redis, keys, ns, [kept, merged])
+    k, m = notes.unpack_fields(raw[kept]), notes.unpack_fields(raw[merged])
+    links = notes.read_links(ctx.redis, keys, ns, [kept, merged])
+    metas = _metas(ctx, ns, merged, links[merged])
+    moved = {
+        nb: max(w, links[kept].get(nb, 0.0))
+        for nb, w in links[merged].items()
+        if nb != kept and (w > links[kept].get(nb, -1.0) or _reason(metas[nb][1]) in STRUCTURAL)
+    }
+    return _Plan(kept, merged, k, m, links, metas, moved, _combined(ctx, k, m, merged))
+
+
+def _audit(pipe: Pipeline, ctx: WorkerContext, ns: str, plan: _Plan, source: str) -> None:
+    """One merge entry for each note, with before and after."""
+    kept, merged, k, m = plan.kept, plan.merged, plan.k, plan.m
+    notes.audit(
+        pipe,
+        ctx.keys,
+        ns,
+        "merge",
+        merged,
+        actor="worker",
+        source=source,
+        before={**notes.public_view(m), "links": plan.links[merged]},
+        after={"status": "tombstoned", "merged_into": kept},
+    )
+    count = int(k.get("access_count", 0))
+    notes.audit(
+        pipe,
+        ctx.keys,
+        ns,
+        "merge",
+        kept,
+        actor="worker",
+        source=source,
+        before={
+            **{f: k.get(f) for f in plan.after if f != "updated_at"},
+            "access_count": count,
+            "links": plan.links[kept],
+        },
+        after={
+            **plan.after,
+            "access_count": count + int(m.get("access_count", 0)),
+            "links": {**plan.links[kept], **plan.moved},
+        },
+    )
+
+
+def _metas(
+    ctx: WorkerContext, ns: str, merged: str, nbs: dict[str, float]
+) -> dict[str, tuple[bytes, bytes]]:
+    """For each neighbour of the merged note, the raw link meta on the merged note's side and
+    on the neighbour's side."""
+    pipe = ctx.redis.pipeline(transaction=False)
+    pipe.hgetall(ctx.keys.linkmeta(ns, merged))
+    for nb in nbs:
+        pipe.hget(ctx.keys.linkmeta(ns, nb), merged)
+    own, *rows = pipe.execute()
+    return {nb: (own.get(nb.encode(), b""), raw or b"") for nb, raw in zip(nbs, rows, strict=True)}
+
+
+def _reason(raw: bytes) -> str:
+    meta = msgpack.unpackb(raw, raw=False) if raw else {}
+    return str(meta.get("reason", "")) if isinstance(meta, dict) else ""
+
+
+def _repoint(
+    pipe: Pipeline,
+    ctx: WorkerContext,
+    ns: str,
+    kept: str,
+    moved: dict[str, float],
+    metas: dict[str, tuple[bytes, bytes]],
+) -> None:
+    """The merged note's links that win, now the survivor's, both sides with their metas."""
+    keys = ctx.keys
+    fallback = msgpack.packb({"reason": "merged", "source": "merge", "at": time.time()})
+    for nb, weight in moved.items():
+        mine, theirs = metas[nb]
+        pipe.zadd(keys.links(ns, kept), {nb: weight})
+        pipe.zadd(keys.links(ns, nb), {kept: weight})
+        pipe.hset(keys.linkmeta(ns, kept), nb, mine or fallback)
+        pipe.hset(keys.linkmeta(ns, nb), kept, theirs or fallback)
+        if _reason(theirs) == "superseded_by":
+            pipe.hset(keys.note(ns, nb), "superseded_by", kept)
+
+
+def _clusters_with(ctx: WorkerContext, ns: str, merged: str, kept: str) -> dict[str, bytes]:
+    """Consolidation clusters that held the merged note, with the survivor in its place."""
+    out: dict[str, bytes] = {}
+    for iid, raw in ctx.redis.hgetall(ctx.keys.clusters(ns)).items():
+        members = msgpack.unpackb(raw, raw=False)
+        if merged in members:
+            renamed = sorted({kept if mid == merged else mid for mid in members})
+            out[iid.decode()] = msgpack.packb(renamed)
+    return out
+
+
+def _combined(
+    ctx: WorkerContext, k: dict[str, Any], m: dict[str, Any], merged: str
+) -> dict[str, Any]:
+    """The survivor's fields that change (access_count is added separately, atomically)."""
+    s = ctx.settings
+    tags = list(dict.fromkeys([*k.get("tags", []), *m.get("tags", [])]))[: s.max_tags]
+    metadata = {**m.get("metadata", {}), **k.get("metadata", {})}
+    if len(msgpack.packb(metadata, use_bin_type=True)) > s.max_metadata_bytes:
+        metadata = k.get("metadata", {})
+    return {
+        "tags": tags,
+        "metadata": metadata,
+        "importance": max(float(k.get("importance", 0.5)), float(m.get("importance", 0.5))),
+        "last_access": max(float(k.get("last_access", 0.0)), float(m.get("last_access", 0.0))),
+        "merged_from": [*k.get("merged_from", []), merged, *m.get("merged_from", [])],
+        "version": int(k.get("version", 0)) + 1,
+        "updated_at": time.time(),
+    }
