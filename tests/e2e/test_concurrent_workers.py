@@ -23,7 +23,7 @@ import pytest
 from producer import MemoryClient
 from producer.keys import Keys
 from tests.conftest import drain_all, make_settings
-from tests.e2e.workers import running
+from tests.e2e.workers import running, wait_ready
 from worker.context import WorkerContext
 from worker.integrity import check_namespace
 from worker.linking import STRONG_MARGIN
@@ -152,6 +152,7 @@ def test_two_workers_produce_the_graph_one_would_and_lose_no_update(tmp_path, ow
     watcher = threading.Thread(target=_watch_leases, args=(ctx, stop, seen), daemon=True)
     try:
         with MemoryClient(settings) as mem, running(settings, count=2, **env):
+            wait_ready(settings, 2)  # else the first worker up may drain both shards alone
             _queue_backlog(mem)
             watcher.start()
             producers = [

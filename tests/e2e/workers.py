@@ -10,6 +10,8 @@ import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 
+from celery import Celery
+
 from worker.settings import WorkerSettings
 
 
@@ -33,6 +35,16 @@ def wait_until(predicate, timeout_s: float = 30.0) -> None:
     while not predicate():
         assert time.monotonic() < deadline, "condition not met in time"
         time.sleep(0.1)
+
+
+def wait_ready(settings: WorkerSettings, count: int, timeout_s: float = 60.0) -> None:
+    """Wait until ``count`` workers answer a Celery ping on the settings' broker (each one then
+    consumes tasks). Only for a broker no other test's workers use (an own redis-server)."""
+    probe = Celery(broker=settings.broker)
+    try:
+        wait_until(lambda: len(probe.control.ping(timeout=0.5)) >= count, timeout_s)
+    finally:
+        probe.close()
 
 
 def spawn(settings: WorkerSettings, **env: str) -> subprocess.Popen[bytes]:
