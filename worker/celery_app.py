@@ -66,7 +66,8 @@ def get_context() -> WorkerContext:
 
 
 def _start_servers() -> None:
-    _state["server"] = SearchServer(get_context(), settings.search_threads).start()
+    if settings.serve_search:
+        _state["server"] = SearchServer(get_context(), settings.search_threads).start()
     _state["organiser"] = OrganiseServer(get_context()).start()
 
 

@@ -2,6 +2,7 @@
 
 zettelq dev                 embedded Redis (when none answers) + worker + beat; Ctrl-C stops all
 zettelq worker [ARGS]       a Celery worker on the zettelq queues (ARGS go to celery)
+zettelq searcher            a search-only process (no Celery): serves searches until stopped
 zettelq beat [ARGS]         the beat scheduler (one leader at a time; standbys wait)
 zettelq demo                store seed memories, search, walk links (starts its own worker)
 zettelq store TEXT          queue a note; prints its id
@@ -22,6 +23,7 @@ import logging
 import signal
 import subprocess
 import sys
+import threading
 import time
 from collections.abc import Sequence
 from typing import Any
@@ -50,6 +52,7 @@ def _parser() -> argparse.ArgumentParser:
     sub.add_parser("dev", help="embedded Redis + worker + beat, stopped together on Ctrl-C")
     sub.add_parser("worker", help="run a Celery worker (extra arguments go to celery)")
     sub.add_parser("beat", help="run the beat scheduler (one leader; others stand by)")
+    sub.add_parser("searcher", help="serve searches only (no Celery), until SIGTERM or Ctrl-C")
     sub.add_parser("demo", help="store the seed memories, search them and walk their links")
     store = sub.add_parser("store", help="queue one note and print its id")
     store.add_argument("text")
@@ -97,6 +100,22 @@ def _worker(settings: WorkerSettings, args: argparse.Namespace, rest: list[str])
     from worker.celery_app import INGEST_QUEUE, MAINT_QUEUE, app
 
     app.worker_main(["worker", "-Q", f"{INGEST_QUEUE},{MAINT_QUEUE}", *rest])
+    return 0
+
+
+def _searcher(settings: WorkerSettings, args: argparse.Namespace, rest: list[str]) -> int:
+    from worker.context import WorkerContext
+    from worker.server import SearchServer
+
+    stopped = threading.Event()
+    for signum in (signal.SIGTERM, signal.SIGINT):
+        signal.signal(signum, lambda *_: stopped.set())
+    ctx = WorkerContext.build(settings)
+    server = SearchServer(ctx, settings.search_threads).start()
+    log.info("zettelq searcher ready: threads=%d", settings.search_threads)
+    stopped.wait()
+    server.stop()
+    ctx.close()
     return 0
 
 
@@ -282,6 +301,7 @@ COMMANDS = {
     "dev": _dev,
     "worker": _worker,
     "beat": _beat,
+    "searcher": _searcher,
     "demo": _demo,
     "store": _store,
     "search": _search,

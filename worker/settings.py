@@ -96,6 +96,9 @@ class WorkerSettings(ProducerSettings):
     bm25_b: float = Field(default=0.3, ge=0, le=1)
     #: Search-serving threads per worker process.
     search_threads: int = Field(default=1, ge=1, le=64)
+    #: Whether a Celery worker process also serves searches (false: an ingest-only worker,
+    #: searches go to `zettelq searcher` processes and to workers that serve them).
+    serve_search: bool = True
     #: Beat intervals.
     evict_every_s: float = Field(default=300.0, gt=0)
     snapshot_every_s: float = Field(default=600.0, gt=0)

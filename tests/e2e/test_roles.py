@@ -1,0 +1,51 @@
+"""Worker roles: ingest-only Celery workers (ZQ_SERVE_SEARCH=false) and search-only
+`zettelq searcher` processes, each a real process against the real Redis."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+import pytest
+
+from producer import MemoryClient, ReplyTimeout
+from tests.e2e.workers import running, stop, wait_until, worker_env
+from worker.settings import WorkerSettings
+
+pytestmark = pytest.mark.e2e
+
+NOTES = [
+    "The billing service retries failed card payments three times",
+    "Card payments that fail after three retries open a support ticket",
+    "The office plants are watered on Mondays",
+]
+
+
+def _searcher(settings: WorkerSettings) -> subprocess.Popen[bytes]:
+    return subprocess.Popen(
+        [sys.executable, "-m", "worker.cli", "searcher"],
+        env=worker_env(settings),
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+        start_new_session=True,
+    )
+
+
+def test_an_ingest_only_worker_organises_and_a_searcher_answers(settings: WorkerSettings):
+    with MemoryClient(settings) as mem, running(settings, ZQ_SERVE_SEARCH="false"):
+        ids = mem.store_many(NOTES, namespace="roles")
+        wait_until(lambda: mem.stats("roles").notes == len(NOTES), timeout_s=60)
+        assert mem.get(ids[0], namespace="roles").links  # organised: linked to its neighbour
+        with pytest.raises(ReplyTimeout):  # nobody serves searches yet
+            mem.search("card payments", namespace="roles", timeout_s=2)
+        searcher = _searcher(settings)
+        try:
+            hits = mem.search("card payments", namespace="roles", k=2, timeout_s=30)
+            assert {h.id for h in hits} == set(ids[:2])
+            stored = mem.store("Refunds for failed card payments take five days", namespace="roles")
+            hits = mem.search("refunds card payments", namespace="roles", k=1, timeout_s=30)
+            assert hits[0].id == stored  # read-your-writes across the two roles
+        finally:
+            stop(searcher)
+        with pytest.raises(ReplyTimeout):
+            mem.search("card payments", namespace="roles", timeout_s=2)
