@@ -18,7 +18,7 @@ P:vcache:<embedder>:<sha256>   string  float32 vector of the text with that SHA-
                                        that embedder; EX vector_cache_ttl_s
 P:{ns}:note:<id>               hash    one note (fields: see producer.protocol.NOTE_FIELDS)
 P:{ns}:links:<id>              zset    neighbour id -> link weight
-P:{ns}:linkmeta:<id>           hash    neighbour id -> packed {reason, source}
+P:{ns}:linkmeta:<id>           hash    neighbour id -> packed {reason, label, source, at}
 P:{ns}:active                  zset    active note id -> seq (the FAISS int64 id)
 P:{ns}:seqs                    hash    seq -> note id (active and tombstoned)
 P:{ns}:seq                     string  last seq handed out (INCR)
@@ -33,6 +33,8 @@ P:{ns}:llm_budget:<hour>       string  LLM calls made for the namespace in that 
                                        INCR, EXPIRE 2 h); capped at llm_budget_per_hour
 P:{ns}:clusters                hash    insight id -> packed sorted ids of the cluster of notes it
                                        abstracts (consolidation)
+P:{ns}:judge                   list    packed {id, src, candidates} of notes waiting for the LLM
+                                       link judge (ZQ_JUDGE=llm), oldest first
 =============================  ======  ==========================================================
 """
 
@@ -120,3 +122,6 @@ class Keys:
 
     def clusters(self, ns: str) -> str:
         return f"{self.prefix}:{{{ns}}}:clusters"
+
+    def judge(self, ns: str) -> str:
+        return f"{self.prefix}:{{{ns}}}:judge"

@@ -12,6 +12,7 @@ import msgpack
 import numpy as np
 import numpy.typing as npt
 
+from producer.core import link_label
 from producer.protocol import PACKED_FIELDS, Hit
 from worker import ranking
 from worker.context import WorkerContext
@@ -40,6 +41,7 @@ class Cand:
     hop: int
     fields: dict[str, Any]
     links: dict[str, float] | None = None
+    labels: dict[str, str] = field(default_factory=dict)  #: neighbour -> relation label
     vec: npt.NDArray[np.float32] | None = None
     similarity: float = 0.0  #: cosine with the query
     lexical: float = 0.0  #: BM25 score
@@ -78,6 +80,18 @@ def load_links(ctx: WorkerContext, cands: Iterable[Cand]) -> None:
         pipe.zrange(ctx.keys.links(c.ns, c.id), 0, -1, withscores=True)
     for c, row in zip(todo, pipe.execute(), strict=True):
         c.links = {m.decode(): float(w) for m, w in row}
+
+
+def load_link_labels(ctx: WorkerContext, cands: Iterable[Cand]) -> None:
+    """The relation label of each link of the candidates (one round trip)."""
+    todo = [c for c in cands if c.links]
+    if not todo:
+        return
+    pipe = ctx.redis.pipeline(transaction=False)
+    for c in todo:
+        pipe.hgetall(ctx.keys.linkmeta(c.ns, c.id))
+    for c, metas in zip(todo, pipe.execute(), strict=True):
+        c.labels = {m.decode(): link_label(raw) for m, raw in metas.items()}
 
 
 def load_hit_fields(
@@ -172,4 +186,5 @@ def to_hit(c: Cand) -> Hit:
         created_at=float(f.get("created_at", 0.0)),
         event_time=f.get("event_time"),
         valid_to=f.get("valid_to"),
+        link_labels=c.labels,
     )

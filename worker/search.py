@@ -107,6 +107,7 @@ def search(ctx: WorkerContext, job: SearchJob) -> list[Hit]:
         ctx, [c for c in top if "content" not in c.fields], qvec, ctx.embedder.name
     )
     cands_.load_links(ctx, top)
+    cands_.load_link_labels(ctx, top)
     return [cands_.to_hit(c) for c in top]
 
 

@@ -2,14 +2,15 @@
 
 Each POST to ``/v1/chat/completions`` takes the next scripted reply (the last one repeats): a
 JSON answer with usage, raw content that is not JSON, an HTTP error status, or a delay before
-answering. Every request body is recorded.
+answering; or, when ``responder`` is set, the reply it computes from the request. Every request
+body is recorded.
 """
 
 from __future__ import annotations
 
 import json
 import threading
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
@@ -23,6 +24,8 @@ class Scripted:
     status: int = 200
     delay_s: float = 0.0
     tokens: int = 42
+    prompt_tokens: int = 0
+    completion_tokens: int = 0
 
 
 def answer(obj: Any, *, delay_s: float = 0.0) -> Scripted:
@@ -32,6 +35,8 @@ def answer(obj: Any, *, delay_s: float = 0.0) -> Scripted:
 class ChatServer:
     def __init__(self) -> None:
         self.script: list[Scripted] = [Scripted()]
+        #: when set, computes each reply from the request body instead of the script
+        self.responder: Callable[[dict[str, Any]], Scripted] | None = None
         self.requests: list[dict[str, Any]] = []
         self.release = threading.Event()
         self._httpd = ThreadingHTTPServer(("127.0.0.1", 0), self._handler())
@@ -61,7 +66,8 @@ class ChatServer:
                         **json.loads(body),
                     }
                 )
-                reply = server._next()
+                request = server.requests[-1]
+                reply = server.responder(request) if server.responder else server._next()
                 if reply.delay_s:
                     server.release.wait(reply.delay_s)
                 if reply.status != 200:
@@ -70,7 +76,7 @@ class ChatServer:
                 payload = json.dumps(
                     {
                         "choices": [{"message": {"role": "assistant", "content": reply.content}}],
-                        "usage": {"total_tokens": reply.tokens},
+                        "usage": _usage(reply),
                     }
                 ).encode()
                 self.send_response(200)
@@ -93,6 +99,14 @@ class ChatServer:
         self._httpd.shutdown()
         self._httpd.server_close()
         self._thread.join()
+
+
+def _usage(reply: Scripted) -> dict[str, int]:
+    usage = {"total_tokens": reply.tokens}
+    if reply.prompt_tokens or reply.completion_tokens:
+        usage["prompt_tokens"] = reply.prompt_tokens
+        usage["completion_tokens"] = reply.completion_tokens
+    return usage
 
 
 @pytest.fixture

@@ -20,6 +20,7 @@ NAMESPACE_KEYS: list[Callable[[Keys, str], str]] = [
     Keys.audit,
     Keys.stats,
     Keys.lock,
+    Keys.judge,
 ]
 SHARD_KEYS: list[Callable[[Keys, int], str]] = [Keys.inbox, Keys.lease, Keys.kicked]
 GLOBAL_KEYS: list[Callable[[Keys], str]] = [
