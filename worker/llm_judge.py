@@ -5,7 +5,8 @@ are searchable at once, and queues each new (or changed) note's FAISS and same-b
 whose cosine reaches ``judge_min_similarity`` (the cheap pre-filter) on ``Keys.judge``.
 ``judge_namespace`` then takes up to MAX_NOTES_PER_RUN queued notes and sends the candidates of
 ``judge_notes_per_call`` of them to one chat call (calls run in parallel up to
-``llm_max_concurrent``), outside every lock. Each candidate is shown under a number of its own
+``llm_max_concurrent``), outside every lock; fewer notes than that wait for company up to
+``judge_max_wait_s``. Each candidate is shown under a number of its own
 (``llm.number_items``), so an answer can only name a (note, candidate) pair it was shown.
 
 The model answers which candidates to link and with which relation (``linking.RELATIONS``:
@@ -106,7 +107,7 @@ def request(
     if not top:
         return []
     packed = [[cid, round(sim, 4)] for cid, sim in top]
-    return [msgpack.packb({"id": note_id, "src": src, "c": packed})]
+    return [msgpack.packb({"id": note_id, "src": src, "c": packed, "at": time.time()})]
 
 
 def plan_links(
@@ -148,13 +149,13 @@ def judge_namespace(ctx: WorkerContext, ns: str) -> int:
     """Judge up to MAX_NOTES_PER_RUN queued notes of ``ns``; return how many were judged
     (including those that kept the heuristic's links because their call failed)."""
     started = time.perf_counter()
-    raw = ctx.redis.lrange(ctx.keys.judge(ns), 0, MAX_NOTES_PER_RUN - 1)
+    size = ctx.settings.judge_notes_per_call
+    raw = _due(ctx, ctx.redis.lrange(ctx.keys.judge(ns), 0, MAX_NOTES_PER_RUN - 1))
     if not raw:
         return 0
     requests = [_unpack(entry) for entry in raw]
     texts = _texts(ctx, ns, requests)
     live = [r for r in (_live(r, texts) for r in requests) if r is not None]
-    size = ctx.settings.judge_notes_per_call
     groups = [live[i : i + size] for i in range(0, len(live), size)]
     judged: list[Judged] = []
     if groups:
@@ -184,6 +185,17 @@ def judge_all(ctx: WorkerContext) -> int:
         ((-int(n), ns) for ns, n in zip(names, pipe.execute(), strict=True) if n),
     )[:MAX_NAMESPACES_PER_RUN]
     return sum(judge_namespace(ctx, ns) for _, ns in due)
+
+
+def _due(ctx: WorkerContext, raw: list[bytes]) -> list[bytes]:
+    """The queue entries to judge now: whole groups of ``judge_notes_per_call``, and the rest
+    too once its oldest entry has waited ``judge_max_wait_s`` (so calls stay well below one
+    per note while notes trickle in)."""
+    whole = len(raw) - len(raw) % ctx.settings.judge_notes_per_call
+    if whole == len(raw):
+        return raw
+    queued_at = float(msgpack.unpackb(raw[whole], raw=False).get("at", 0.0))
+    return raw if time.time() - queued_at >= ctx.settings.judge_max_wait_s else raw[:whole]
 
 
 def _unpack(raw: bytes) -> Request:

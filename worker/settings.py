@@ -125,10 +125,12 @@ class WorkerSettings(ProducerSettings):
     #: Link judge: "heuristic" (the default: cosine threshold + shared rare keywords) or "llm"
     #: (new notes keep the heuristic's links at once; the LLM judge then rejudges their
     #: candidates in batches and replaces them). With "llm": how many new notes one chat call
-    #: judges, and the cosine a candidate needs to be shown to the model at all.
+    #: judges, the cosine a candidate needs to be shown to the model at all, and how long fewer
+    #: notes than that wait for company before a call judges them anyway.
     judge: Literal["heuristic", "llm"] = "heuristic"
     judge_notes_per_call: int = Field(default=8, ge=1, le=26)
     judge_min_similarity: float = Field(default=0.1, ge=-1.0, le=1.0)
+    judge_max_wait_s: float = Field(default=30.0, ge=0)
     #: Most links a note keeps; past it the weakest is dropped from both sides (0 = no cap).
     max_degree: int = Field(default=40, ge=0, le=10_000)
 

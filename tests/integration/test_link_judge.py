@@ -44,6 +44,7 @@ def build(tmp_path, chat_url: str, **overrides: object) -> WorkerContext:
         "llm_url": chat_url,
         "llm_timeout_s": 2.0,
         "sequence_weight": 0.0,  # only similarity links, so every link is the judge's business
+        "judge_max_wait_s": 0.0,  # judge a partial group at once
     }
     values.update(overrides)
     return WorkerContext.build(make_settings(tmp_path, **values))
@@ -259,5 +260,19 @@ def test_with_the_heuristic_judge_nothing_is_queued_or_called(redis_db, tmp_path
         with MemoryClient(ctx.settings) as mem:
             seed(ctx, mem, INVOICES)
         assert queued(ctx) == [] and judge_all(ctx) == 0 and chat.requests == []
+    finally:
+        ctx.close()
+
+
+def test_fewer_notes_than_a_call_takes_wait_for_company(redis_db, tmp_path, chat):
+    ctx = build(tmp_path, chat.url, judge_max_wait_s=3600.0, judge_notes_per_call=4)
+    chat.responder = link_invoices
+    try:
+        with MemoryClient(ctx.settings) as mem:
+            seed(ctx, mem, INVOICES)  # 3 notes have candidates: one short of a call
+            assert judge_namespace(ctx, NS) == 0 and len(queued(ctx)) == 3
+            seed(ctx, mem, DECOYS)  # 5 now: one call's worth is judged, one note waits on
+            assert judge_namespace(ctx, NS) == 4 and len(queued(ctx)) == 1
+        assert len(chat.requests) == 1
     finally:
         ctx.close()
