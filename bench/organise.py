@@ -17,8 +17,9 @@ Two runs, one per mode, each with one real ``zettelq worker`` process:
 
 In both, a load phase: ``--producers`` processes each store notes at a fixed pace
 (``--rate`` notes/s in all, round-robin over ``--namespaces``) for ``--seconds`` while a second
-thread searches them with ``fresh=True`` (read your writes: the search waits until the worker
-has organised every earlier store) ``--search-rate`` times a second. Then a burst phase:
+thread searches them ``--search-rate`` times a second, alternately with ``fresh=True`` (read
+your writes: the search waits until the worker has organised every earlier store) and
+``fresh=False`` (the query alone). Then a burst phase:
 ``--burst`` notes stored at once (``store_many``), timed until the inbox is empty (organised
 notes/s) and until the judge queue is empty (judged notes/s: the LLM judge's throughput).
 Reported: store() and search() latency p50/p99 of the load phase, the largest judge backlog
@@ -64,7 +65,8 @@ log = logging.getLogger("bench.organise")
 @dataclass
 class Produced:
     stores_s: list[float] = field(default_factory=list)
-    searches_s: list[float] = field(default_factory=list)
+    searches_s: list[float] = field(default_factory=list)  #: fresh=True
+    stale_searches_s: list[float] = field(default_factory=list)  #: fresh=False
     errors: Counter[str] = field(default_factory=Counter)
 
 
@@ -94,9 +96,12 @@ def produce(url: str, prefix: str, namespaces: list[str], args: dict[str, Any], 
         def search() -> None:
             for i in _paced(args["search_rate"], deadline):
                 started = time.perf_counter()
+                fresh = i % 2 == 0
                 try:
-                    mem.search(note_text(i), namespace=namespaces[i % len(namespaces)], k=5)
-                    out.searches_s.append(time.perf_counter() - started)
+                    ns = namespaces[i // 2 % len(namespaces)]
+                    mem.search(note_text(i), namespace=ns, k=5, fresh=fresh)
+                    took = time.perf_counter() - started
+                    (out.searches_s if fresh else out.stale_searches_s).append(took)
                 except ZettelqError as exc:
                     out.errors[type(exc).__name__] += 1
 
@@ -202,6 +207,7 @@ def run(mode: str, args: argparse.Namespace, tmp: Path) -> dict[str, Any]:
         judge="llm" if llm else "heuristic",
         llm_url=llm.url if llm else None,
         llm_max_concurrent=args.llm_concurrency,
+        judge_max_wait_s=1.0,  # the last partial groups do not hold the end of a phase up
     )
     namespaces = [f"org-{i}" for i in range(args.namespaces)]
     ctx = WorkerContext.build(settings)
@@ -251,6 +257,7 @@ def measure(ctx: WorkerContext, args: argparse.Namespace, namespaces: list[str])
         time.sleep(0.05)
     stores = [x for r in results for x in r.stores_s]
     searches = [x for r in results for x in r.searches_s]
+    stale = [x for r in results for x in r.stale_searches_s]
     organised_s, judged_s = burst(ctx, args.burst, namespaces)
     counters = totals(ctx, namespaces)
     n = len(stores) + args.burst
@@ -261,6 +268,8 @@ def measure(ctx: WorkerContext, args: argparse.Namespace, namespaces: list[str])
         "searches": len(searches),
         "search p50 ms": pct(searches, 0.5),
         "search p99 ms": pct(searches, 0.99),
+        "fresh=False search p50 ms": pct(stale, 0.5),
+        "fresh=False search p99 ms": pct(stale, 0.99),
         "largest judge backlog": most_waiting[0],
         "judge backlog at end of load": waiting_at_end,
         "burst organised/s": round(args.burst / organised_s),
@@ -327,10 +336,12 @@ def main() -> int:
     parser.add_argument("--llm-concurrency", type=int, default=1)
     parser.add_argument("--burst", type=int, default=2000, help="notes stored at once, after")
     parser.add_argument("--modes", default="off,llm")
+    parser.add_argument("--repeat", type=int, default=1, help="runs of every mode, alternating")
     args = parser.parse_args()
     logging.basicConfig(level=logging.INFO, format="%(message)s")
     with tempfile.TemporaryDirectory(prefix="zq-organise-") as tmp:
-        rows = [run(mode, args, Path(tmp)) for mode in args.modes.split(",")]
+        modes = args.modes.split(",") * args.repeat
+        rows = [run(mode, args, Path(tmp)) for mode in modes]
     log.info("%s", json.dumps(rows, indent=2))
     log.info("cpus=%d %s", os.cpu_count() or 0, vars(args))
     return 0
