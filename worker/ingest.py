@@ -298,6 +298,7 @@ def _commit(
         degree.apply_cap(pipe, ctx, ns, capped, actor="worker")
         if queued:
             pipe.rpush(keys.judge(ns), *queued)
+            pipe.ltrim(keys.judge(ns), -llm_judge.MAX_QUEUED, -1)
         for p, w in zip(todo, writes, strict=True):
             after = {**notes.public_view(w.fields), "links": by_note.get(w.id, {})}
             notes.audit(

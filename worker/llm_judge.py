@@ -47,6 +47,9 @@ log = logging.getLogger(__name__)
 
 MAX_NOTES_PER_RUN = 256  #: queued notes one namespace run judges; the rest wait for the next
 MAX_NAMESPACES_PER_RUN = 20  #: namespaces judge_all visits per run
+#: Queue entries kept per namespace; past it the oldest are dropped unjudged (those notes keep
+#: the heuristic's links), so a judge that never runs cannot grow Redis without bound.
+MAX_QUEUED = 100_000
 PROMPT_NOTE_CHARS = 400  #: each note's content is cut to this in the prompt
 RULE_SOURCES = frozenset({"rule", "rule:similarity"})  #: links the judge may replace
 INSTRUCTIONS = (
@@ -258,13 +261,13 @@ def _commit(ctx: WorkerContext, ns: str, raw: list[bytes], judged: list[Judged],
         if ctx.redis.lrange(keys.judge(ns), 0, len(raw) - 1) != raw:
             return 0  # another run judged these entries meanwhile
         ok = [j for j in judged if j.picks is not None]
-        active, existing = _current(ctx, ns, ok)
+        unchanged, active, existing = _current(ctx, ns, ok)
         plans = {
             j.request.note_id: plan_links(
                 j, active, existing[j.request.note_id], s.link_threshold, s.max_links, source
             )
             for j in ok
-            if j.request.note_id in active
+            if j.request.note_id in unchanged
         }
         adds = dedupe_links([link for new, _ in plans.values() for link in new])
         removes = sorted({_pair(*pair) for _, gone in plans.values() for pair in gone})
@@ -291,9 +294,9 @@ def _pair(a: str, b: str) -> tuple[str, str]:
 
 def _current(
     ctx: WorkerContext, ns: str, judged: list[Judged]
-) -> tuple[set[str], dict[str, dict[str, tuple[float, dict[str, Any]]]]]:
-    """Which notes are active and unchanged since queued (judged notes) or active (their
-    candidates), and each judged note's links with their metas, read under the lock."""
+) -> tuple[set[str], set[str], dict[str, dict[str, tuple[float, dict[str, Any]]]]]:
+    """The judged notes still active and unchanged since queued, the candidates still active,
+    and each judged note's links with their metas, read under the lock."""
     ids = sorted({j.request.note_id for j in judged})
     cands = sorted({c for j in judged for c, _ in j.request.candidates})
     srcs = {j.request.note_id: j.request.src.encode() for j in judged}
@@ -305,15 +308,15 @@ def _current(
     for cid in cands:
         pipe.hget(ctx.keys.note(ns, cid), "status")
     rows = iter(pipe.execute())
-    active: set[str] = set()
+    unchanged: set[str] = set()
     existing: dict[str, dict[str, tuple[float, dict[str, Any]]]] = {}
     for nid in ids:
         (status, src), links, metas = next(rows), next(rows), next(rows)
         if status == b"active" and src == srcs[nid]:
-            active.add(nid)
+            unchanged.add(nid)
         existing[nid] = {m.decode(): (float(w), notes.link_meta(metas.get(m))) for m, w in links}
-    active |= {cid for cid in cands if next(rows) == b"active"}
-    return active, existing
+    active = {cid for cid in cands if next(rows) == b"active"}
+    return unchanged, active, existing
 
 
 def _audit(
