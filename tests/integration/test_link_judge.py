@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import re
+from collections import Counter
 from collections.abc import Iterator
 from typing import Any
 
@@ -274,5 +275,28 @@ def test_fewer_notes_than_a_call_takes_wait_for_company(redis_db, tmp_path, chat
             seed(ctx, mem, DECOYS)  # 5 now: one call's worth is judged, one note waits on
             assert judge_namespace(ctx, NS) == 4 and len(queued(ctx)) == 1
         assert len(chat.requests) == 1
+    finally:
+        ctx.close()
+
+
+def link_everything(request: dict[str, Any]) -> Scripted:
+    prompt = request["messages"][1]["content"]
+    picks = [{"candidate": int(n), "relation": "related"} for n, _ in CANDIDATE.findall(prompt)]
+    return Scripted(json.dumps({"links": picks}))
+
+
+def test_the_degree_cap_holds_for_the_models_links_too(redis_db, tmp_path, chat):
+    ctx = build(tmp_path, chat.url, max_degree=2)
+    chat.responder = link_everything
+    try:
+        with MemoryClient(ctx.settings) as mem:
+            seed(ctx, mem, INVOICES + DECOYS)
+            judge_namespace(ctx, NS)
+            after = links(ctx)
+            assert any(meta["source"] == MODEL for _, meta in after.values())
+            degree = Counter(a for a, _ in after)
+            assert max(degree.values()) == 2
+            assert mem.stats(NS).links == len(after) // 2
+        assert check_namespace(ctx, NS) == []
     finally:
         ctx.close()
