@@ -317,10 +317,14 @@ def totals(ctx: WorkerContext, namespaces: list[str]) -> Counter[str]:
 
 
 def cleanup(ctx: WorkerContext, prefix: str) -> int:
-    """Delete every key of the run: the data keys and Celery's queues under the prefix."""
+    """Delete every key of the run: the data keys and Celery's queues under the prefix, and
+    kombu's shared deadline key once no other queue binding is left in the database."""
     keys = [k for pattern in (f"{prefix}:*", f"*{prefix}.*") for k in ctx.redis.scan_iter(pattern)]
     for start in range(0, len(keys), 500):
         ctx.redis.delete(*keys[start : start + 500])
+    if next(ctx.redis.scan_iter("_kombu.binding.*"), None) is None:
+        keys.append(b"_kombu.binding_deadlines")
+        ctx.redis.delete(keys[-1])
     return len(keys)
 
 
