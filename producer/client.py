@@ -152,9 +152,10 @@ class MemoryClient:
                 pipe = self._redis.pipeline(transaction=False)
                 pipe.hgetall(self.keys.note(ns, target))
                 pipe.zrange(self.keys.links(ns, target), 0, -1, withscores=True)
-                fields, links = pipe.execute()
+                pipe.hgetall(self.keys.linkmeta(ns, target))
+                fields, links, metas = pipe.execute()
             target = self._core.merged_into(fields)
-        return self._core.parse_note(ns, note_id, fields, links)
+        return self._core.parse_note(ns, note_id, fields, links, metas)
 
     def connected(
         self, note_id: str, *, namespace: str | None = None, max_hops: int = 2
@@ -174,10 +175,11 @@ class MemoryClient:
             frontier = walk_step(found, note_id, frontier, rows, hop)
         with redis_errors():
             pipe = self._redis.pipeline(transaction=False)
-            for nid in found:
+            for nid, (_, via, _) in found.items():
                 pipe.hget(self.keys.note(ns, nid), "content")
-            contents = pipe.execute()
-        return to_neighbours(found, contents)
+                pipe.hget(self.keys.linkmeta(ns, via), nid)
+            rows = pipe.execute()
+        return to_neighbours(found, rows[0::2], rows[1::2])
 
     def stats(self, namespace: str | None = None) -> Stats:
         """Counts and organisation times for a namespace."""
@@ -372,9 +374,10 @@ class AsyncMemoryClient:
                 pipe = self._redis.pipeline(transaction=False)
                 pipe.hgetall(self.keys.note(ns, target))
                 pipe.zrange(self.keys.links(ns, target), 0, -1, withscores=True)
-                fields, links = await pipe.execute()
+                pipe.hgetall(self.keys.linkmeta(ns, target))
+                fields, links, metas = await pipe.execute()
             target = self._core.merged_into(fields)
-        return self._core.parse_note(ns, note_id, fields, links)
+        return self._core.parse_note(ns, note_id, fields, links, metas)
 
     async def connected(
         self, note_id: str, *, namespace: str | None = None, max_hops: int = 2
@@ -393,10 +396,11 @@ class AsyncMemoryClient:
             frontier = walk_step(found, note_id, frontier, rows, hop)
         with redis_errors():
             pipe = self._redis.pipeline(transaction=False)
-            for nid in found:
+            for nid, (_, via, _) in found.items():
                 pipe.hget(self.keys.note(ns, nid), "content")
-            contents = await pipe.execute()
-        return to_neighbours(found, contents)
+                pipe.hget(self.keys.linkmeta(ns, via), nid)
+            rows = await pipe.execute()
+        return to_neighbours(found, rows[0::2], rows[1::2])
 
     async def stats(self, namespace: str | None = None) -> Stats:
         ns = self._core.namespace(namespace)

@@ -9,6 +9,7 @@ from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from typing import Any
 
+import msgpack
 from redis.asyncio.retry import Retry as AsyncRetry
 from redis.backoff import ExponentialWithJitterBackoff
 from redis.exceptions import (
@@ -210,10 +211,13 @@ class ClientCore:
             raise JobFailed(reply.error or "unknown error")
         return reply
 
-    def parse_note(self, namespace: str, note_id: str, fields: Any, links: Any) -> Note:
+    def parse_note(
+        self, namespace: str, note_id: str, fields: Any, links: Any, metas: Any = None
+    ) -> Note:
         if not fields or fields.get(b"status") != b"active":
             raise NotFound(f"no active note {note_id!r} in namespace {namespace!r}")
-        return note_from_hash(fields, {k.decode(): float(w) for k, w in links})
+        labels = {k.decode(): link_label(m) for k, m in (metas or {}).items()}
+        return note_from_hash(fields, {k.decode(): float(w) for k, w in links}, labels)
 
     def merged_into(self, fields: Any) -> str | None:
         """The survivor's id when this note hash is a near-duplicate merged away, else None."""
@@ -314,9 +318,21 @@ def walk_step(
     return nxt
 
 
-def to_neighbours(found: dict[str, tuple[int, str, float]], contents: list[Any]) -> list[Neighbour]:
+def to_neighbours(
+    found: dict[str, tuple[int, str, float]], contents: list[Any], metas: list[Any] | None = None
+) -> list[Neighbour]:
+    labels = metas if metas is not None else [None] * len(found)
     return [
-        Neighbour(id=nid, hop=hop, via=via, weight=w, content=c.decode())
-        for (nid, (hop, via, w)), c in zip(found.items(), contents, strict=True)
+        Neighbour(id=nid, hop=hop, via=via, weight=w, content=c.decode(), label=link_label(m))
+        for (nid, (hop, via, w)), c, m in zip(found.items(), contents, labels, strict=True)
         if c is not None
     ]
+
+
+def link_label(raw: bytes | None) -> str:
+    """The relation label in a packed linkmeta value ("related" for links older than labels;
+    "" when there is no value)."""
+    if not raw:
+        return ""
+    meta = msgpack.unpackb(raw, raw=False)
+    return str(meta.get("label", "related")) if isinstance(meta, dict) else ""

@@ -22,7 +22,7 @@ P:vcache:<embedder>:<sha256>   string  float32 vector of the text with that SHA-
                                        that embedder; EX vector_cache_ttl_s
 P:{ns}:note:<id>               hash    one note (fields: see producer.protocol.NOTE_FIELDS)
 P:{ns}:links:<id>              zset    neighbour id -> link weight
-P:{ns}:linkmeta:<id>           hash    neighbour id -> packed {reason, source}
+P:{ns}:linkmeta:<id>           hash    neighbour id -> packed {reason, label, source, at}
 P:{ns}:active                  zset    active note id -> seq (the FAISS int64 id)
 P:{ns}:seqs                    hash    seq -> note id (active and tombstoned)
 P:{ns}:seq                     string  last seq handed out (INCR)
@@ -50,6 +50,8 @@ P:{ns}:proposed                hash    note id -> its pending proposal id (at mo
 P:{ns}:evolved                 string  id of the last audit entry evolution has read
 P:{ns}:refused                 hash    note id -> packed tags a reviewer rejected or reverted
                                        for it; evolution never proposes them again
+P:{ns}:judge                   list    packed {id, src, candidates} of notes waiting for the LLM
+                                       link judge (ZQ_JUDGE=llm), oldest first
 =============================  ======  ==========================================================
 """
 
@@ -162,3 +164,6 @@ class Keys:
 
     def refused(self, ns: str) -> str:
         return f"{self.prefix}:{{{ns}}}:refused"
+
+    def judge(self, ns: str) -> str:
+        return f"{self.prefix}:{{{ns}}}:judge"

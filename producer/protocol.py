@@ -124,6 +124,8 @@ class Hit(BaseModel):
     event_time: float | None = None
     valid_to: float | None = None
     superseded_by: str | None = None
+    #: neighbour -> the link's relation label (see README "Linking")
+    link_labels: dict[str, str] = Field(default_factory=dict)
 
 
 class JobRun(BaseModel):
@@ -174,6 +176,8 @@ class Note(BaseModel):
     links: dict[str, float] = Field(default_factory=dict)
     superseded_by: str | None = None
     merged_from: list[str] = Field(default_factory=list)
+    #: neighbour -> the link's relation label (see README "Linking")
+    link_labels: dict[str, str] = Field(default_factory=dict)
 
 
 #: Note hash fields whose values are msgpack-packed (the others are plain strings/numbers).
@@ -184,7 +188,11 @@ PACKED_FIELDS = frozenset(
 RAW_FIELDS = frozenset({"vec", "src"})
 
 
-def note_from_hash(fields: Mapping[bytes, bytes], links: Mapping[str, float] | None = None) -> Note:
+def note_from_hash(
+    fields: Mapping[bytes, bytes],
+    links: Mapping[str, float] | None = None,
+    link_labels: Mapping[str, str] | None = None,
+) -> Note:
     """Decode a note hash read with HGETALL (bytes keys and values)."""
     data: dict[str, Any] = {}
     for raw_key, raw_value in fields.items():
@@ -194,6 +202,8 @@ def note_from_hash(fields: Mapping[bytes, bytes], links: Mapping[str, float] | N
         data[key] = msgpack.unpackb(raw_value) if key in PACKED_FIELDS else raw_value.decode()
     if links is not None:
         data["links"] = dict(links)
+    if link_labels is not None:
+        data["link_labels"] = dict(link_labels)
     try:
         return Note.model_validate(data)
     except ValidationError as exc:
@@ -234,6 +244,7 @@ class Neighbour(BaseModel):
     via: str
     weight: float
     content: str
+    label: str = ""  #: relation label of the link from ``via``
 
 
 class Stats(BaseModel):

@@ -12,6 +12,7 @@ import msgpack
 import numpy as np
 import numpy.typing as npt
 
+from producer.core import link_label
 from producer.protocol import PACKED_FIELDS, Hit
 from worker import ranking
 from worker.context import WorkerContext
@@ -40,6 +41,7 @@ class Cand:
     hop: int
     fields: dict[str, Any]
     links: dict[str, float] | None = None
+    labels: dict[str, str] | None = None  #: neighbour -> relation label
     vec: npt.NDArray[np.float32] | None = None
     similarity: float = 0.0  #: cosine with the query
     lexical: float = 0.0  #: BM25 score
@@ -99,26 +101,32 @@ def _links(row: list[tuple[bytes, float]] | None) -> dict[str, float] | None:
 def load_hit_fields(
     ctx: WorkerContext, cands: list[Cand], qvec: npt.NDArray[np.float32], embedder: str
 ) -> None:
-    """Content, keywords, metadata, vector and links of the candidates that lack them, in one
-    round trip; similarity to the query from the stored vector when it comes from the current
-    embedder."""
+    """Content, keywords, metadata, vector, links and link labels of the candidates that lack
+    them, in one round trip; similarity to the query from the stored vector when it comes from
+    the current embedder."""
     bare = [c for c in cands if "content" not in c.fields]
     unlinked = [c for c in cands if c.links is None]
-    if not bare and not unlinked:
+    unlabelled = [c for c in cands if c.labels is None]
+    if not bare and not unlinked and not unlabelled:
         return
     pipe = ctx.redis.pipeline(transaction=False)
     for c in bare:
         pipe.hmget(ctx.keys.note(c.ns, c.id), HIT_FIELDS)
     for c in unlinked:
         pipe.zrange(ctx.keys.links(c.ns, c.id), 0, -1, withscores=True)
+    for c in unlabelled:
+        pipe.hgetall(ctx.keys.linkmeta(c.ns, c.id))
     replies = pipe.execute()
     for c, raw in zip(bare, replies, strict=False):
         c.fields.update(decode(list(HIT_FIELDS[:-1]), raw[:-1]))
         if raw[-1] is not None and c.fields.get("embedder") == embedder:
             c.vec = np.frombuffer(raw[-1], dtype=np.float32)
             c.similarity = float(c.vec @ qvec[0])
-    for c, row in zip(unlinked, replies[len(bare) :], strict=True):
+    links_at = len(bare)
+    for c, row in zip(unlinked, replies[links_at : links_at + len(unlinked)], strict=True):
         c.links = _links(row)
+    for c, metas in zip(unlabelled, replies[links_at + len(unlinked) :], strict=True):
+        c.labels = {m.decode(): link_label(raw) for m, raw in metas.items()}
 
 
 def decode(names: list[str], raw: list[bytes | None]) -> dict[str, Any]:
@@ -207,4 +215,5 @@ def to_hit(c: Cand) -> Hit:
         event_time=f.get("event_time"),
         valid_to=f.get("valid_to"),
         superseded_by=f.get("superseded_by"),
+        link_labels=c.labels or {},
     )

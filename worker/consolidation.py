@@ -278,7 +278,7 @@ def _commit(ctx: WorkerContext, ns: str, drafts: list[Draft], graph: Graph) -> i
         writes = [_write(ctx, ns, d, vec.tobytes(), seqs, existing, graph) for d, vec in fresh]
         notes.write_notes(pipe, keys, ns, writes, ctx.settings.changelog_max)
         links = [
-            Link(d.plan.insight_id, m, INSIGHT_LINK_WEIGHT, "abstracted_from")
+            Link(d.plan.insight_id, m, INSIGHT_LINK_WEIGHT, "abstracted_from", "abstracted_from")
             for d, _ in fresh
             for m in d.plan.members
         ]

@@ -20,7 +20,7 @@ import numpy as np
 import numpy.typing as npt
 
 from producer.protocol import DeleteJob, StoreJob
-from worker import construction, notes, supersession
+from worker import construction, degree, llm_judge, notes, supersession
 from worker.context import WorkerContext
 from worker.keywords import derive_tags
 from worker.lease import Lease
@@ -114,8 +114,9 @@ def _store(
         catch_up(ctx, proj)
         position = proj.position
         found = _find(ctx, proj, todo)
-    links = dedupe_links(_propose(ctx, found) + _sequence(ctx, ns, todo) + _part_of(todo))
-    changes = _commit(ctx, lease, ns, todo, links)
+    similar, queued = _propose(ctx, found)
+    links = dedupe_links(similar + _sequence(ctx, ns, todo) + _part_of(todo))
+    changes = _commit(ctx, lease, ns, todo, links, queued)
     with proj.lock:
         if proj.position == position:
             _apply(proj, todo)
@@ -290,27 +291,32 @@ def _find(ctx: WorkerContext, proj: Projection, todo: list[_Pending]) -> _Found:
     return _Found(linking, candidates, rarity)
 
 
-def _propose(ctx: WorkerContext, found: _Found) -> list[Link]:
-    """Index and same-batch candidates judged into links (no lock needed)."""
+def _propose(ctx: WorkerContext, found: _Found) -> tuple[list[Link], list[bytes]]:
+    """Index and same-batch candidates judged into links by the heuristic judge (no lock
+    needed), and, with the LLM judge on, each note's candidates queued for it."""
     s = ctx.settings
     if not found.linking:
-        return []
+        return [], []
     ids = [p.job.id for p in found.linking]
     kws = [frozenset(p.keywords) for p in found.linking]
     in_batch = batch_candidates(ids, _stack(found.linking), kws, s.link_k)
     rarity = found.rarity
     links: list[Link] = []
+    queued: list[bytes] = []
     for i, nid in enumerate(ids):
+        candidates = found.candidates[i] + in_batch[i]
         links += judge(
             nid,
             kws[i],
-            found.candidates[i] + in_batch[i],
+            candidates,
             s.link_threshold,
             s.max_links,
             lambda kw: rarity.get(kw, 0.0),
             s.link_min_shared_idf,
         )
-    return dedupe_links(links)
+        if s.judge == "llm":
+            queued += llm_judge.request(nid, found.linking[i].entry_id, candidates, s)
+    return dedupe_links(links), queued
 
 
 def _fields(ctx: WorkerContext, p: _Pending) -> dict[str, Any]:
@@ -343,13 +349,20 @@ def _fields(ctx: WorkerContext, p: _Pending) -> dict[str, Any]:
 
 
 def _commit(
-    ctx: WorkerContext, lease: Lease, ns: str, todo: list[_Pending], links: list[Link]
+    ctx: WorkerContext,
+    lease: Lease,
+    ns: str,
+    todo: list[_Pending],
+    links: list[Link],
+    queued: list[bytes],
 ) -> str:
     """One MULTI/EXEC for the whole batch; returns the batch's change-log entry id."""
     keys = ctx.keys
     relinked = [p.job.id for p in todo if p.existing is not None and p.relink]
     old_links = notes.read_links(ctx.redis, keys, ns, relinked) if relinked else {}
-    by_note = _links_by_note(links)
+    unlinked = [(nid, nb) for nid, nbs in old_links.items() for nb in nbs]
+    capped = degree.plan_cap(ctx, ns, links, unlinked)
+    by_note = _links_by_note(capped.links)
     writes = [
         notes.NoteWrite(
             p.job.id, p.seq, _fields(ctx, p), _stack([p]).tobytes(), created=p.existing is None
@@ -361,7 +374,11 @@ def _commit(
             notes.unlink_all(pipe, keys, ns, nid, nbs)
         notes.write_notes(pipe, keys, ns, writes, ctx.settings.changelog_max)
         change_at = len(pipe) - 1
-        added = notes.write_links(pipe, keys, ns, links, source="rule")
+        added = notes.write_links(pipe, keys, ns, capped.links, source="rule:similarity")
+        degree.apply_cap(pipe, ctx, ns, capped, actor="worker")
+        if queued:
+            pipe.rpush(keys.judge(ns), *queued)
+            pipe.ltrim(keys.judge(ns), -llm_judge.MAX_QUEUED, -1)
         for p, w in zip(todo, writes, strict=True):
             after = {**notes.public_view(w.fields), "links": by_note.get(w.id, {})}
             notes.audit(
@@ -387,11 +404,11 @@ def _commit(
 
 
 def _links_by_note(links: list[Link]) -> dict[str, dict[str, list[Any]]]:
-    """Each end's new links as {neighbour: [weight, reason]}, for the audit entry."""
+    """Each end's new links as {neighbour: [weight, reason, label]}, for the audit entry."""
     out: dict[str, dict[str, list[Any]]] = {}
     for link in links:
-        out.setdefault(link.a, {})[link.b] = [link.weight, link.reason]
-        out.setdefault(link.b, {})[link.a] = [link.weight, link.reason]
+        out.setdefault(link.a, {})[link.b] = [link.weight, link.reason, link.label]
+        out.setdefault(link.b, {})[link.a] = [link.weight, link.reason, link.label]
     return out
 
 

@@ -5,17 +5,28 @@ share keywords that are rare enough (the sum of their IDFs reaches ``min_shared`
 uncommon word, not a name that half the notes carry), or when the cosine alone is strong
 (threshold + STRONG_MARGIN). Each new note keeps at most ``max_links`` links, strongest first.
 Pairs inside one batch are judged too.
+
+Every link carries a relation label (RELATIONS for judged links; "sequence" for Folgezettel
+links) and its source: the rule that made it ("rule:similarity", "rule:sequence") or the model
+that judged it ("model:<name>"). ``cap_degree`` keeps every note at most ``max_degree`` links by
+dropping the weakest.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 
 import numpy as np
 import numpy.typing as npt
 
 STRONG_MARGIN = 0.15  #: cosine above threshold + this links without a shared keyword
+#: Relation labels a judged link may carry: "related" is what the heuristic judge says; the LLM
+#: judge picks the most specific one ("updates": the new note revises or replaces the other;
+#: "contradicts": they disagree; "supports": it gives evidence for the other; "elaborates": it
+#: adds detail; "example_of": it is an instance of the other).
+RELATIONS = ("related", "supports", "elaborates", "contradicts", "updates", "example_of")
+SEQUENCE = "sequence"  #: label and reason of a Folgezettel link
 
 
 @dataclass(frozen=True)
@@ -29,12 +40,14 @@ class Candidate:
 
 @dataclass(frozen=True)
 class Link:
-    """A proposed undirected link ``a`` - ``b``."""
+    """A proposed undirected link ``a`` - ``b``; an empty ``source`` is the writer's default."""
 
     a: str
     b: str
     weight: float
     reason: str
+    label: str = "related"
+    source: str = ""
 
 
 def judge(
@@ -104,7 +117,7 @@ def dedupe_links(links: Sequence[Link]) -> list[Link]:
         reasons = (
             strong.reason if weak.reason in strong.reason else f"{strong.reason}; {weak.reason}"
         )
-        best[pair] = Link(strong.a, strong.b, strong.weight, reasons)
+        best[pair] = Link(strong.a, strong.b, strong.weight, reasons, strong.label, strong.source)
     return list(best.values())
 
 
@@ -135,6 +148,41 @@ def sequence_links(
     links: list[Link] = []
     for step in steps:
         if previous is not None and same_episode(previous, step, window_s):
-            links.append(Link(step.note_id, previous.note_id, weight, "sequence"))
+            links.append(
+                Link(step.note_id, previous.note_id, weight, SEQUENCE, SEQUENCE, "rule:sequence")
+            )
         previous = step
     return links
+
+
+def cap_degree(
+    existing: Mapping[str, Mapping[str, float]], new: Sequence[Link], max_degree: int
+) -> tuple[list[Link], list[tuple[str, str, float]]]:
+    """Keep every note at most ``max_degree`` links (0 = no cap) once ``new`` is added.
+
+    ``existing`` holds the current links (neighbour -> weight) of every note a new link
+    touches. While a note is over the cap its weakest link (ties: the smaller neighbour id) is
+    dropped, from both sides. Returns the new links that survive and the existing links
+    (a, b, weight) to drop."""
+    adj = {nid: dict(nbs) for nid, nbs in existing.items()}
+    for link in new:
+        adj.setdefault(link.a, {})[link.b] = link.weight
+        adj.setdefault(link.b, {})[link.a] = link.weight
+    if max_degree <= 0:
+        return list(new), []
+    dropped: set[tuple[str, str]] = set()
+    for nid in sorted(adj):
+        nbs = adj[nid]
+        while len(nbs) > max_degree:
+            weakest = min(nbs, key=lambda nb: (nbs[nb], nb))
+            del nbs[weakest]
+            adj.get(weakest, {}).pop(nid, None)
+            dropped.add((nid, weakest) if nid < weakest else (weakest, nid))
+    kept = [link for link in new if _pair(link) not in dropped]
+    gone = [(a, b, existing[a][b]) for a, b in sorted(dropped) if b in existing.get(a, {})]
+    gone += [(a, b, existing[b][a]) for a, b in sorted(dropped) if a in existing.get(b, {})]
+    return kept, list({(a, b): (a, b, w) for a, b, w in gone}.values())
+
+
+def _pair(link: Link) -> tuple[str, str]:
+    return (link.a, link.b) if link.a < link.b else (link.b, link.a)

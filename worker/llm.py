@@ -8,7 +8,8 @@ the chat-completions shape, content that is not one JSON object, an answer off t
 that names an id the prompt did not show — returns None, logs the reason and counts it in the
 namespace's stats (``llm_failures`` and ``llm_fail_<reason>``). Callers then leave memory as it
 was or fall back to their deterministic heuristic. Calls and tokens (the response's ``usage``)
-are counted in the same hash (``llm_calls``, ``llm_tokens``).
+are counted in the same hash (``llm_calls``, ``llm_tokens``, ``llm_prompt_tokens``,
+``llm_completion_tokens``).
 
 Prompts that show stored notes number them (``number_items``) and the schema refers to them
 through ``ShownRef``: ``ask_json(..., shown=numbers)`` accepts only numbers that were shown, so
@@ -75,10 +76,12 @@ def number_items(ids: Sequence[str]) -> dict[int, str]:
 
 @dataclass(frozen=True)
 class Answer:
-    """The content of a chat completion and the tokens it cost."""
+    """The content of a chat completion and the tokens it cost (total, prompt, completion)."""
 
     content: str
     tokens: int
+    prompt_tokens: int = 0
+    completion_tokens: int = 0
 
 
 class ChatClient:
@@ -148,8 +151,12 @@ def _parse_completion(payload: Any) -> Answer:
     if not isinstance(content, str):
         raise LLMFailure("response", "message content is not text")
     usage = payload.get("usage") if isinstance(payload, dict) else None
-    tokens = usage.get("total_tokens", 0) if isinstance(usage, dict) else 0
-    return Answer(content, tokens if isinstance(tokens, int) else 0)
+    counts = usage if isinstance(usage, dict) else {}
+    tokens, prompt, completion = (
+        n if isinstance(n := counts.get(name, 0), int) else 0
+        for name in ("total_tokens", "prompt_tokens", "completion_tokens")
+    )
+    return Answer(content, tokens, prompt, completion)
 
 
 @lru_cache(maxsize=8)
@@ -228,8 +235,17 @@ def _call(ctx: WorkerContext, ns: str, chat: ChatClient, prompt: str, schema: ty
     system = SYSTEM_PROMPT % json.dumps(schema.model_json_schema(), separators=(",", ":"))
     ctx.redis.hincrby(ctx.keys.stats(ns), "llm_calls", 1)
     answer = chat.complete(system, prompt)
-    if answer.tokens:
-        ctx.redis.hincrby(ctx.keys.stats(ns), "llm_tokens", answer.tokens)
+    used = {
+        "llm_tokens": answer.tokens,
+        "llm_prompt_tokens": answer.prompt_tokens,
+        "llm_completion_tokens": answer.completion_tokens,
+    }
+    if any(used.values()):
+        pipe = ctx.redis.pipeline(transaction=False)
+        for name, count in used.items():
+            if count:
+                pipe.hincrby(ctx.keys.stats(ns), name, count)
+        pipe.execute()
     return answer
 
 

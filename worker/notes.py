@@ -124,14 +124,16 @@ def read_change(fields: Mapping[bytes, bytes]) -> tuple[str, list[tuple[int, str
 
 
 def write_links(pipe: Pipeline, keys: Keys, ns: str, links: Iterable[Link], source: str) -> int:
-    """Both directions of each link with reason and provenance: one ZADD and one HSET per note
-    touched. Returns how many links were written."""
+    """Both directions of each link with reason, label and provenance (the link's own source,
+    else ``source``): one ZADD and one HSET per note touched. Returns how many were written."""
     now = time.time()
     weights: dict[str, dict[str, float]] = {}
     metas: dict[str, dict[str, bytes]] = {}
     count = 0
     for link in links:
-        meta = msgpack.packb({"reason": link.reason, "source": source, "at": now})
+        meta = msgpack.packb(
+            {"reason": link.reason, "label": link.label, "source": link.source or source, "at": now}
+        )
         for a, b in ((link.a, link.b), (link.b, link.a)):
             weights.setdefault(a, {})[b] = link.weight
             metas.setdefault(a, {})[b] = meta
@@ -151,6 +153,32 @@ def unlink_all(pipe: Pipeline, keys: Keys, ns: str, note_id: str, neighbours: It
         count += 1
     pipe.delete(keys.links(ns, note_id), keys.linkmeta(ns, note_id))
     return count
+
+
+def unlink_pairs(pipe: Pipeline, keys: Keys, ns: str, pairs: Iterable[tuple[str, str]]) -> None:
+    """Remove single links ``a`` - ``b`` from both sides."""
+    for a, b in pairs:
+        for x, y in ((a, b), (b, a)):
+            pipe.zrem(keys.links(ns, x), y)
+            pipe.hdel(keys.linkmeta(ns, x), y)
+
+
+def read_link_meta(
+    r: Redis, keys: Keys, ns: str, pairs: Sequence[tuple[str, str]]
+) -> list[dict[str, Any]]:
+    """The packed {reason, label, source, at} of each link ``a`` - ``b`` (empty when absent)."""
+    pipe = r.pipeline(transaction=False)
+    for a, b in pairs:
+        pipe.hget(keys.linkmeta(ns, a), b)
+    return [link_meta(raw) for raw in pipe.execute()]
+
+
+def link_meta(raw: bytes | None) -> dict[str, Any]:
+    """A linkmeta value decoded; links written before labels existed read as "related"."""
+    meta = msgpack.unpackb(raw, raw=False) if raw else {}
+    if not isinstance(meta, dict):
+        return {}
+    return {"label": "related", **meta} if meta else {}
 
 
 def tombstone_all(

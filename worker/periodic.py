@@ -33,7 +33,15 @@ from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 
 from producer.protocol import JobRun
-from worker import consolidation, eviction, evolution, importance, merge, supersession
+from worker import (
+    consolidation,
+    eviction,
+    evolution,
+    importance,
+    llm_judge,
+    merge,
+    supersession,
+)
 from worker.context import WorkerContext
 from worker.embedding import EmbedderUnavailable
 from worker.lease import LeaseLost
@@ -45,10 +53,12 @@ log = logging.getLogger(__name__)
 NamespaceJob = Callable[[WorkerContext, str], int]
 
 #: The periodic per-namespace jobs in the order organise() runs them: what changes the graph
-#: first (duplicates merged, superseded notes marked, insights written), then evolution of the
+#: first (links rejudged by the LLM, duplicates merged, superseded notes marked, insights
+#: written), then evolution of the
 #: notes new links reached, then importance over the final graph, then eviction by that fresh
 #: importance.
 JOBS: dict[str, NamespaceJob] = {
+    "judge": llm_judge.judge_namespace,
     "merge": merge.merge_namespace,
     "supersede": supersession.supersede_namespace,
     "consolidate": consolidation.consolidate_namespace,
@@ -95,6 +105,7 @@ class Due:
 def interval_s(s: WorkerSettings, job: str) -> float:
     """Beat interval of ``job``: its own setting, else periodic_every_s."""
     own = {
+        "judge": max(s.judge_max_wait_s, 1.0),
         "importance": s.importance_every_s,
         "consolidate": s.consolidate_every_s,
         "evict": s.evict_every_s,
@@ -127,17 +138,24 @@ def changed_at(job: str, stats: Mapping[bytes, bytes], changelog_tail: bytes | N
 
 
 def read_due(ctx: WorkerContext, job: str) -> list[Due]:
+    """Each namespace's due state for ``job``; for ``judge``, a namespace is due exactly while
+    its judge queue holds notes (a partial group waits there for company)."""
     names = sorted(m.decode() for m in ctx.redis.smembers(ctx.keys.namespaces()))
     pipe = ctx.redis.pipeline(transaction=False)
     for ns in names:
         pipe.hgetall(ctx.keys.stats(ns))
         pipe.xrevrange(ctx.keys.changes(ns), count=1)
+        pipe.llen(ctx.keys.judge(ns))
     replies = pipe.execute()
     out = []
+    now = time.time()
     for i, ns in enumerate(names):
-        stats, tail = replies[2 * i], replies[2 * i + 1]
+        stats, tail, queued = replies[3 * i : 3 * i + 3]
         last = float(stats.get(f"run_{job}".encode(), 0.0))
-        out.append(Due(ns, last, changed_at(job, stats, tail[0][0] if tail else None)))
+        if job == "judge":
+            out.append(Due(ns, last, now if queued else 0.0))
+        else:
+            out.append(Due(ns, last, changed_at(job, stats, tail[0][0] if tail else None)))
     return out
 
 

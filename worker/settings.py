@@ -160,6 +160,18 @@ class WorkerSettings(ProducerSettings):
     merge_min_cosine: float = Field(default=0.9, ge=0.5, le=1.0)
     merge_min_overlap: float = Field(default=0.9, ge=0.5, le=1.0)
 
+    #: Link judge: "heuristic" (the default: cosine threshold + shared rare keywords) or "llm"
+    #: (new notes keep the heuristic's links at once; the LLM judge then rejudges their
+    #: candidates in batches and replaces them). With "llm": how many new notes one chat call
+    #: judges, the cosine a candidate needs to be shown to the model at all, and how long fewer
+    #: notes than that wait for company before a call judges them anyway.
+    judge: Literal["heuristic", "llm"] = "heuristic"
+    judge_notes_per_call: int = Field(default=8, ge=1, le=26)
+    judge_min_similarity: float = Field(default=0.1, ge=-1.0, le=1.0)
+    judge_max_wait_s: float = Field(default=30.0, ge=0)
+    #: Most links a note keeps; past it the weakest is dropped from both sides (0 = no cap).
+    max_degree: int = Field(default=40, ge=0, le=10_000)
+
     @model_validator(mode="after")
     def _beat_lock_outlives_a_tick(self) -> WorkerSettings:
         if self.beat_lock_s < 2 * self.beat_tick_s:

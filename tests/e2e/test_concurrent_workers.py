@@ -1,14 +1,14 @@
 """Fault injection: two worker processes organise the same namespaces at once, while three
 producers store and search concurrently.
 
-"The same notes and links as one worker" is checked on what must not depend on batching or
-arrival order: with ZQ_LINK_K and ZQ_MAX_LINKS above the namespace's size the caps never bind,
-so every pair whose cosine passes the threshold by STRONG_MARGIN must be linked (whatever the
-keywords, which depend on what the namespace held at the time), by two workers as by one; a
-link missed between notes organised concurrently, or overwritten by a racing commit, shows as
-a missing pair. Every link's weight is its pair's cosine. Access counts must
-equal the hits searches returned (no lost increment), importance the last value stored (no lost
-update), and two shards' leases are seen held at the same instant by different processes.
+"The same notes and links as one worker" is checked on what must not depend on batching or arrival
+order: with ZQ_LINK_K and ZQ_MAX_LINKS above the namespace's size and ZQ_MAX_DEGREE off the caps
+never bind, so every pair whose cosine passes the threshold by STRONG_MARGIN must be linked
+(whatever the keywords, which depend on what the namespace held at the time), by two workers as by
+one; a link missed between notes organised concurrently, or overwritten by a racing commit, shows
+as a missing pair. Every link's weight is its pair's cosine. Access counts must equal the hits
+searches returned (no lost increment), importance the last value stored (no lost update), and two
+shards' leases are seen held at the same instant by different processes.
 """
 
 from __future__ import annotations
@@ -32,7 +32,8 @@ from worker.settings import WorkerSettings
 pytestmark = pytest.mark.e2e
 
 SHARDS = 4
-CAPS = {"link_k": 200, "max_links": 200}  #: above the namespace size: caps never bind
+#: above the namespace size, degree cap off: caps never bind
+CAPS = {"link_k": 200, "max_links": 200, "max_degree": 0}
 RACE = "race"
 TOPICS = ["redis stream", "faiss index", "celery worker", "audit log", "link graph", "lease"]
 PER_PRODUCER = 50
@@ -144,7 +145,12 @@ def test_two_workers_produce_the_graph_one_would_and_lose_no_update(tmp_path, ow
     settings = make_settings(tmp_path, redis_url=own_redis.url, shard_count=SHARDS, **CAPS)
     # sequence links (weight ZQ_SEQUENCE_WEIGHT, not a cosine) are off: this test is about
     # similarity links organised concurrently
-    env = {"ZQ_LINK_K": "200", "ZQ_MAX_LINKS": "200", "ZQ_SEQUENCE_WEIGHT": "0"}
+    env = {
+        "ZQ_LINK_K": "200",
+        "ZQ_MAX_LINKS": "200",
+        "ZQ_MAX_DEGREE": "0",
+        "ZQ_SEQUENCE_WEIGHT": "0",
+    }
     ctx = WorkerContext.build(settings)
     hits: Counter[str] = Counter()
     seen: set[frozenset[str]] = set()

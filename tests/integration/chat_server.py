@@ -2,8 +2,9 @@
 
 Each POST to ``/v1/chat/completions`` takes the next scripted reply (the last one repeats): a
 JSON answer with usage, raw content that is not JSON, an HTTP error status, or a delay before
-answering; a reply made by ``answer_with`` computes its JSON from the request's user prompt.
-Every request body is recorded.
+answering; a reply made by ``answer_with`` computes its JSON from the request's user prompt,
+and when ``responder`` is set it computes each whole reply from the request. Every request body
+is recorded.
 """
 
 from __future__ import annotations
@@ -25,6 +26,8 @@ class Scripted:
     delay_s: float = 0.0
     tokens: int = 42
     build: Callable[[str], Any] | None = None  #: user prompt -> the JSON object to answer
+    prompt_tokens: int = 0
+    completion_tokens: int = 0
 
 
 def answer(obj: Any, *, delay_s: float = 0.0) -> Scripted:
@@ -39,6 +42,8 @@ def answer_with(build: Callable[[str], Any], *, delay_s: float = 0.0) -> Scripte
 class ChatServer:
     def __init__(self) -> None:
         self.script: list[Scripted] = [Scripted()]
+        #: when set, computes each reply from the request body instead of the script
+        self.responder: Callable[[dict[str, Any]], Scripted] | None = None
         self.requests: list[dict[str, Any]] = []
         self.release = threading.Event()
         self._httpd = ThreadingHTTPServer(("127.0.0.1", 0), self._handler())
@@ -61,17 +66,16 @@ class ChatServer:
         class Handler(BaseHTTPRequestHandler):
             def do_POST(self) -> None:
                 body = self.rfile.read(int(self.headers["Content-Length"]))
-                server.requests.append(
-                    {
-                        "path": self.path,
-                        "authorization": self.headers.get("Authorization"),
-                        **json.loads(body),
-                    }
-                )
-                reply = server._next()
+                request = {
+                    "path": self.path,
+                    "authorization": self.headers.get("Authorization"),
+                    **json.loads(body),
+                }
+                server.requests.append(request)
+                reply = server.responder(request) if server.responder else server._next()
                 content = reply.content
                 if reply.build is not None:
-                    content = json.dumps(reply.build(json.loads(body)["messages"][1]["content"]))
+                    content = json.dumps(reply.build(request["messages"][1]["content"]))
                 if reply.delay_s:
                     server.release.wait(reply.delay_s)
                 if reply.status != 200:
@@ -80,7 +84,7 @@ class ChatServer:
                 payload = json.dumps(
                     {
                         "choices": [{"message": {"role": "assistant", "content": content}}],
-                        "usage": {"total_tokens": reply.tokens},
+                        "usage": _usage(reply),
                     }
                 ).encode()
                 self.send_response(200)
@@ -103,6 +107,14 @@ class ChatServer:
         self._httpd.shutdown()
         self._httpd.server_close()
         self._thread.join()
+
+
+def _usage(reply: Scripted) -> dict[str, int]:
+    usage = {"total_tokens": reply.tokens}
+    if reply.prompt_tokens or reply.completion_tokens:
+        usage["prompt_tokens"] = reply.prompt_tokens
+        usage["completion_tokens"] = reply.completion_tokens
+    return usage
 
 
 @pytest.fixture

@@ -46,14 +46,18 @@ def test_store_works_with_no_worker_and_search_times_out_typed(client):
 def test_related_notes_link_on_both_ends_with_reason(client, ctx, server):
     ids = client.store_many(SEED_000, namespace="acme")
     client.flush("acme")
-    linked = {nid: client.get(nid, namespace="acme").links for nid in ids}
+    got = {nid: client.get(nid, namespace="acme") for nid in ids}
+    linked = {nid: note.links for nid, note in got.items()}
     assert any(linked.values()), "related seed notes must link"
     for nid, links in linked.items():
         for other, weight in links.items():
             assert linked[other][nid] == weight  # bidirectional, same weight
             raw = ctx.redis.hget(ctx.keys.linkmeta("acme", nid), other)
             meta = msgpack.unpackb(raw)
-            assert meta["source"] == "rule"
+            rule = "sequence" if meta["reason"].startswith("sequence") else "similarity"
+            assert meta["source"] == f"rule:{rule}"
+            assert meta["label"] == ("sequence" if rule == "sequence" else "related")
+            assert got[nid].link_labels[other] == meta["label"]
             assert "cosine" in meta["reason"] or "sequence" in meta["reason"]
     assert client.stats("acme").links == sum(len(v) for v in linked.values()) // 2
 

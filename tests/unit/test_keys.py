@@ -25,6 +25,7 @@ NAMESPACE_KEYS: list[Callable[[Keys, str], str]] = [
     Keys.proposed,
     Keys.evolved,
     Keys.refused,
+    Keys.judge,
 ]
 SHARD_KEYS: list[Callable[[Keys, int], str]] = [Keys.inbox, Keys.lease, Keys.kicked]
 GLOBAL_KEYS: list[Callable[[Keys], str]] = [

@@ -10,6 +10,7 @@ from worker.linking import (
     Link,
     Step,
     batch_candidates,
+    cap_degree,
     dedupe_links,
     judge,
     sequence_links,
@@ -193,3 +194,55 @@ def test_without_event_time_an_episode_is_one_agent_within_the_window() -> None:
     ]
     links = sequence_links(None, steps, window_s=60, weight=1.0)
     assert [(lk.a, lk.b) for lk in links] == [("n2", "n1")]
+
+
+def test_cap_degree_keeps_new_links_while_no_note_is_over_the_cap() -> None:
+    new = [Link("n", "a", 0.3, "r"), Link("n", "b", 0.4, "r")]
+
+    assert cap_degree({"a": {"x": 0.9}}, new, 2) == (new, [])
+
+
+def test_cap_degree_drops_the_weakest_existing_link_of_a_full_neighbour() -> None:
+    existing = {"hub": {"x": 0.9, "y": 0.2}, "n": {}}
+
+    kept, dropped = cap_degree(existing, [Link("n", "hub", 0.5, "r")], 2)
+
+    assert kept == [Link("n", "hub", 0.5, "r")]
+    assert dropped == [("hub", "y", 0.2)]
+
+
+def test_cap_degree_refuses_a_new_link_weaker_than_everything_the_hub_has() -> None:
+    existing = {"hub": {"x": 0.9, "y": 0.8}}
+
+    kept, dropped = cap_degree(existing, [Link("n", "hub", 0.1, "r")], 2)
+
+    assert kept == [] and dropped == []
+
+
+def test_cap_degree_caps_the_new_note_itself_and_zero_means_no_cap() -> None:
+    new = [Link("n", f"c{i}", 0.1 * i, "r") for i in range(1, 6)]
+
+    kept, _ = cap_degree({}, new, 3)
+    assert [link.b for link in kept] == ["c3", "c4", "c5"]
+    assert cap_degree({}, new, 0) == (new, [])
+
+
+def test_cap_degree_breaks_ties_on_the_smaller_neighbour_id() -> None:
+    existing = {"hub": {"b": 0.5, "a": 0.5}}
+
+    _, dropped = cap_degree(existing, [Link("hub", "c", 0.9, "r")], 2)
+
+    assert dropped == [("a", "hub", 0.5)]
+
+
+def test_sequence_and_similarity_links_carry_their_label_and_rule() -> None:
+    steps = [Step("s1", 1.0, None, 0.0), Step("s2", 1.0, None, 1.0)]
+    (seq,) = sequence_links(None, steps, 600.0, 1.0)
+    (sim,) = judge("new", KW, [cand("c1", 0.35, "orders")], THRESHOLD, 8)
+
+    assert (seq.label, seq.source) == ("sequence", "rule:sequence")
+    assert (sim.label, sim.source) == ("related", "")  # the writer's default: rule:similarity
+    merged = dedupe_links([Link("s2", "s1", 0.3, "cosine 0.30"), seq])
+    assert [(m.label, m.source, m.reason) for m in merged] == [
+        ("sequence", "rule:sequence", "sequence; cosine 0.30")
+    ]

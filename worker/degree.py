@@ -1,0 +1,86 @@
+"""The degree cap (``max_degree``): no note keeps more links than that, so hub notes stay
+bounded. Before links are committed, ``plan_cap`` reads the link counts of the notes they touch
+and, for the notes that could go over the cap, their links; ``linking.cap_degree`` decides which
+links go (the weakest, from both sides); ``apply_cap`` removes the existing ones in the caller's
+MULTI/EXEC with one ``unlink`` audit entry each. Callers hold the namespace lock, so what was
+read is still true when they commit.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Collection, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from redis.client import Pipeline
+
+from worker import notes
+from worker.context import WorkerContext
+from worker.linking import Link, cap_degree
+
+DEGREE_CAP = "degree-cap"  #: audit source of a link dropped by the cap
+
+
+@dataclass
+class Capped:
+    """The links to write and the existing links (a, b, weight) the cap drops, with metas."""
+
+    links: list[Link]
+    dropped: list[tuple[str, str, float]] = field(default_factory=list)
+    metas: list[dict[str, Any]] = field(default_factory=list)
+    refused: int = 0  #: proposed links not written because of the cap
+
+
+def plan_cap(
+    ctx: WorkerContext,
+    ns: str,
+    links: Sequence[Link],
+    removed: Collection[tuple[str, str]] = (),
+) -> Capped:
+    """Which of ``links`` to write and which existing links to drop; ``removed`` holds the
+    links (a, b) the same commit removes anyway."""
+    cap = ctx.settings.max_degree
+    if cap <= 0 or not links:
+        return Capped(list(links))
+    ends = sorted({end for link in links for end in (link.a, link.b)})
+    pipe = ctx.redis.pipeline(transaction=False)
+    for nid in ends:
+        pipe.zcard(ctx.keys.links(ns, nid))
+    degree = dict(zip(ends, (int(card) for card in pipe.execute()), strict=True))
+    for link in links:
+        degree[link.a] += 1
+        degree[link.b] += 1
+    for a, b in removed:
+        for end in (a, b):
+            if end in degree:
+                degree[end] -= 1
+    crowded = [nid for nid in ends if degree[nid] > cap]
+    existing = notes.read_links(ctx.redis, ctx.keys, ns, crowded) if crowded else {}
+    for a, b in removed:
+        existing.get(a, {}).pop(b, None)
+        existing.get(b, {}).pop(a, None)
+    kept, dropped = cap_degree(existing, links, cap)
+    metas = notes.read_link_meta(ctx.redis, ctx.keys, ns, [(a, b) for a, b, _ in dropped])
+    return Capped(kept, dropped, metas, len(links) - len(kept))
+
+
+def apply_cap(pipe: Pipeline, ctx: WorkerContext, ns: str, capped: Capped, actor: str) -> None:
+    """Drop the planned links from both sides, audit each, and count them (inside MULTI)."""
+    if not capped.dropped and not capped.refused:
+        return
+    notes.unlink_pairs(pipe, ctx.keys, ns, [(a, b) for a, b, _ in capped.dropped])
+    for (a, b, weight), meta in zip(capped.dropped, capped.metas, strict=True):
+        notes.audit(
+            pipe,
+            ctx.keys,
+            ns,
+            "unlink",
+            a,
+            actor=actor,
+            source=DEGREE_CAP,
+            before={"links": {b: [weight, meta.get("reason", ""), meta.get("label", "")]}},
+            after={"links": {}, "max_degree": ctx.settings.max_degree},
+        )
+    stats = ctx.keys.stats(ns)
+    pipe.hincrby(stats, "links", -len(capped.dropped))
+    pipe.hincrby(stats, "links_capped", len(capped.dropped) + capped.refused)
