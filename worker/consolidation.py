@@ -54,7 +54,6 @@ PROMPT_NOTE_CHARS = 500  #: each member's content is cut to this in an LLM promp
 INSIGHT_LINK_WEIGHT = 0.5  #: weight of an abstracted_from link
 INSIGHT_TAG = "insight"  #: tag every insight carries
 MAX_INSIGHTS_PER_RUN = 20  #: insights one namespace run writes; the rest wait for the next run
-MAX_NAMESPACES_PER_RUN = 20  #: namespaces consolidate_all visits per run
 SENTENCE_END = re.compile(r"(?<=[.!?])\s+")
 FIELDS = ("kind", "content", "importance")
 #: Link reasons that record structure rather than shared subject; they never bind a cluster.
@@ -205,21 +204,6 @@ def consolidate_namespace(ctx: WorkerContext, ns: str) -> int:
         (time.perf_counter() - started) * 1000,
     )
     return written
-
-
-def consolidate_all(ctx: WorkerContext) -> int:
-    """Consolidate the namespaces written since their last run (at most
-    MAX_NAMESPACES_PER_RUN, least recently consolidated first); return insights written."""
-    names = sorted(m.decode() for m in ctx.redis.smembers(ctx.keys.namespaces()))
-    pipe = ctx.redis.pipeline(transaction=False)
-    for ns in names:
-        pipe.hmget(ctx.keys.stats(ns), ["last_ingest", "last_consolidate"])
-    due = [
-        (float(last or 0.0), ns)
-        for ns, (ingest, last) in zip(names, pipe.execute(), strict=True)
-        if float(ingest or 0.0) > float(last or 0.0)
-    ]
-    return sum(consolidate_namespace(ctx, ns) for _, ns in sorted(due)[:MAX_NAMESPACES_PER_RUN])
 
 
 def _known(ctx: WorkerContext, ns: str) -> dict[str, tuple[str, ...]]:

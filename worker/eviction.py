@@ -87,9 +87,3 @@ def _survivors(ctx: WorkerContext, ns: str) -> list[Survivor]:
                 )
             )
     return out
-
-
-def evict_all(ctx: WorkerContext) -> int:
-    """Run eviction over every namespace."""
-    names = sorted(m.decode() for m in ctx.redis.smembers(ctx.keys.namespaces()))
-    return sum(evict_namespace(ctx, ns) for ns in names)

@@ -68,7 +68,6 @@ MAX_NEW_TAGS = 3  #: tags one proposal adds at most
 LLM_BATCH = 16  #: neighbours shown per LLM call
 CONTEXT_MAX_CHARS = 300  #: longest context the model may set
 PROMPT_NOTE_CHARS = 400  #: each note's content is cut to this in a prompt
-MAX_NAMESPACES_PER_RUN = 20  #: namespaces evolve_all visits per run
 TRIGGER_OPS = frozenset({"create", "update"})  #: audit ops whose links can trigger evolution
 READ = (*SNAPSHOT, "status", "keywords", "content")  #: fields read of every note involved
 
@@ -224,23 +223,6 @@ def evolve_namespace(ctx: WorkerContext, ns: str) -> int:
         (time.perf_counter() - started) * 1000,
     )
     return written
-
-
-def evolve_all(ctx: WorkerContext) -> int:
-    """Evolve the namespaces written since their last run (at most MAX_NAMESPACES_PER_RUN,
-    least recently evolved first); return the proposals made. Nothing when off."""
-    if ctx.settings.evolution == "off":
-        return 0
-    names = sorted(m.decode() for m in ctx.redis.smembers(ctx.keys.namespaces()))
-    pipe = ctx.redis.pipeline(transaction=False)
-    for ns in names:
-        pipe.hmget(ctx.keys.stats(ns), ["last_ingest", "last_evolve"])
-    due = [
-        (float(last or 0.0), ns)
-        for ns, (ingest, last) in zip(names, pipe.execute(), strict=True)
-        if float(ingest or 0.0) > float(last or 0.0)
-    ]
-    return sum(evolve_namespace(ctx, ns) for _, ns in sorted(due)[:MAX_NAMESPACES_PER_RUN])
 
 
 def _drafts(ctx: WorkerContext, ns: str, triggers: dict[str, list[str]]) -> list[Draft]:

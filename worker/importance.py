@@ -16,9 +16,9 @@ Policy (``pagerank``, ``score_importance``) is pure; ``importance_namespace`` re
 then writes the notes whose importance changed in chunks, each chunk one MULTI/EXEC under the
 namespace lock that HSETs only the importance fields, skips notes changed meanwhile and appends
 one "importance" audit entry with before/after of the notes that moved more than AUDIT_DELTA.
-A namespace is only scored when it changed since its last run (``last_ingest`` or
-``last_consolidate`` after ``last_importance`` in its stats) or when that run is older than
-MAX_AGE_S, so decay and retrievals are still reflected in a namespace nobody writes to.
+Beat (``worker.periodic``) scores a namespace when it changed since the job's last run there,
+or when that run is older than MAX_AGE_S, so decay and retrievals are still reflected in a
+namespace nobody writes to.
 """
 
 from __future__ import annotations
@@ -53,7 +53,6 @@ DEFAULT_PRIOR = 0.5  #: prior of a note without an importance field
 AUDIT_DELTA = 0.05  #: a move larger than this is listed in the run's audit entry
 WRITE_DELTA = 1e-4  #: a smaller move is not written
 MAX_AGE_S = 86_400.0  #: a namespace is rescored at least this often, changed or not
-MAX_NAMESPACES_PER_RUN = 50  #: namespaces importance_all scores per run
 WRITE_CHUNK = 5_000  #: notes per MULTI/EXEC (and per audit entry)
 AUDIT_ID = "*"  #: note id of namespace-wide audit entries
 FIELDS = (
@@ -165,13 +164,6 @@ def select_updates(signals: Sequence[Signals], scores: Sequence[float]) -> list[
     ]
 
 
-def is_due(stats: Mapping[bytes, bytes], now: float) -> bool:
-    """Whether a namespace changed since its last importance run, or that run is too old."""
-    last = float(stats.get(b"last_importance", 0.0))
-    changed = max(float(stats.get(b"last_ingest", 0.0)), float(stats.get(b"last_consolidate", 0.0)))
-    return changed > last or (last > 0 and now - last > MAX_AGE_S)
-
-
 def importance_namespace(ctx: WorkerContext, ns: str) -> int:
     """Rescore every active note of ``ns``; return how many notes' importance was written."""
     started = time.perf_counter()
@@ -193,19 +185,6 @@ def importance_namespace(ctx: WorkerContext, ns: str) -> int:
         (time.perf_counter() - started) * 1000,
     )
     return written
-
-
-def importance_all(ctx: WorkerContext) -> int:
-    """Rescore the namespaces that are due, least recently scored first, at most
-    MAX_NAMESPACES_PER_RUN of them; return how many notes' importance was written."""
-    now = time.time()
-    names = sorted(m.decode() for m in ctx.redis.smembers(ctx.keys.namespaces()))
-    pipe = ctx.redis.pipeline(transaction=False)
-    for ns in names:
-        pipe.hgetall(ctx.keys.stats(ns))
-    due = [(ns, st) for ns, st in zip(names, pipe.execute(), strict=True) if is_due(st, now)]
-    due.sort(key=lambda item: float(item[1].get(b"last_importance", 0.0)))
-    return sum(importance_namespace(ctx, ns) for ns, _ in due[:MAX_NAMESPACES_PER_RUN])
 
 
 def _signals(nid: str, graph: Graph) -> Signals:

@@ -46,7 +46,6 @@ JOINERS = re.compile(r"[-_/]")  #: split before comparing words
 NEGATIONS = frozenset({"not", "no", "never", "nor", "none", "nothing", "cannot", "without"})
 MERGE_K = 5  #: nearest notes looked at per new note
 MAX_NEW_PER_RUN = 2_000  #: new notes merge_namespace looks at per run
-MAX_NAMESPACES_PER_RUN = 20  #: namespaces merge_all visits per run
 CURSOR = "merge_seq"  #: stats field: the highest seq merge_namespace has looked at
 STRUCTURAL = frozenset({"superseded_by", "supersedes"})  #: link reasons kept on re-pointing
 
@@ -144,12 +143,6 @@ def merge_namespace(ctx: WorkerContext, ns: str) -> int:
         (time.perf_counter() - started) * 1000,
     )
     return done
-
-
-def merge_all(ctx: WorkerContext) -> int:
-    """merge_namespace over the namespaces written since their last run."""
-    names = pairs.due_namespaces(ctx, "last_merge", MAX_NAMESPACES_PER_RUN)
-    return sum(merge_namespace(ctx, ns) for ns in names)
 
 
 @dataclass

@@ -139,18 +139,3 @@ def lexical(
             if terms
         }
     return {nid: [nb for nb in hits if nb != nid][:k] for nid, hits in found.items()}
-
-
-def due_namespaces(ctx: WorkerContext, last_field: str, limit: int) -> list[str]:
-    """Namespaces written since the job's last run there (its ``last_field`` in stats), least
-    recently visited first, at most ``limit``."""
-    names = sorted(m.decode() for m in ctx.redis.smembers(ctx.keys.namespaces()))
-    pipe = ctx.redis.pipeline(transaction=False)
-    for ns in names:
-        pipe.hmget(ctx.keys.stats(ns), ["last_ingest", last_field])
-    due = [
-        (float(last or 0.0), ns)
-        for ns, (ingest, last) in zip(names, pipe.execute(), strict=True)
-        if float(ingest or 0.0) > float(last or 0.0)
-    ]
-    return [ns for _, ns in sorted(due)[:limit]]

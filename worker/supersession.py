@@ -49,7 +49,6 @@ LINK_WEIGHT = 0.5  #: weight of a supersession link (a stronger existing link ke
 OLD_SIDE = "superseded_by"  #: link reason on the older note's side
 NEW_SIDE = "supersedes"  #: link reason on the newer note's side
 MAX_NEW_PER_RUN = 500  #: new notes supersede_namespace looks at per run
-MAX_NAMESPACES_PER_RUN = 20  #: namespaces supersede_all visits per run
 NEAREST_K = 10  #: nearest notes each new note is judged against
 LLM_CANDIDATES = 3  #: older notes shown to the LLM per new note
 PROMPT_NOTE_CHARS = 400  #: each note's content is cut to this in a prompt
@@ -232,12 +231,6 @@ def supersede_namespace(ctx: WorkerContext, ns: str) -> int:
         (time.perf_counter() - started) * 1000,
     )
     return done
-
-
-def supersede_all(ctx: WorkerContext) -> int:
-    """supersede_namespace over the namespaces written since their last run."""
-    names = pairs.due_namespaces(ctx, "last_supersede", MAX_NAMESPACES_PER_RUN)
-    return sum(supersede_namespace(ctx, ns) for ns in names)
 
 
 def apply(ctx: WorkerContext, ns: str, lease: Lease, decisions: Sequence[Decision]) -> int:

@@ -12,9 +12,10 @@ import pytest
 from producer import MemoryClient
 from tests.conftest import drain_all, make_settings
 from tests.integration.chat_server import ChatServer, answer, chat
-from worker.consolidation import consolidate_all, consolidate_namespace
+from worker.consolidation import consolidate_namespace
 from worker.context import WorkerContext
 from worker.integrity import check_namespace
+from worker.periodic import last_runs, run_periodic
 from worker.server import SearchServer
 
 __all__ = ["chat"]
@@ -88,12 +89,14 @@ def test_a_cluster_gets_one_searchable_insight_linked_to_its_members(octx):
 def test_consolidation_is_idempotent_and_skips_unchanged_namespaces(octx):
     with MemoryClient(octx.settings) as mem:
         seed(octx, mem)
-    assert consolidate_all(octx) == 1
+    assert run_periodic(octx, "consolidate") == 1
     audit_len = octx.redis.xlen(octx.keys.audit("c"))
     active = octx.redis.zcard(octx.keys.active("c"))
 
     assert consolidate_namespace(octx, "c") == 0
-    assert consolidate_all(octx) == 0
+    assert run_periodic(octx, "consolidate") == 0  # looks once more: its insight was added
+    assert run_periodic(octx, "consolidate") == 0
+    assert last_runs(octx)["consolidate"].namespaces == 0  # unchanged since: skipped
 
     assert octx.redis.xlen(octx.keys.audit("c")) == audit_len
     assert octx.redis.zcard(octx.keys.active("c")) == active
@@ -107,7 +110,7 @@ def test_a_grown_cluster_updates_its_insight(octx):
         new = mem.store(GROWTH, namespace="c")
         drain_all(octx)
 
-        assert consolidate_all(octx) == 1
+        assert run_periodic(octx, "consolidate") == 1
 
         assert insights(octx, "c") == {iid: tuple(sorted([*ids[:3], new]))}
         note = mem.get(iid, namespace="c")

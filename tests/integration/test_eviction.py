@@ -8,8 +8,8 @@ from producer import MemoryClient, NotFound
 from tests.conftest import make_settings
 from tests.integration.test_store_search import SEED_000
 from worker.context import WorkerContext
-from worker.eviction import evict_all
 from worker.integrity import check_namespace
+from worker.periodic import run_periodic
 from worker.server import SearchServer
 
 
@@ -28,7 +28,7 @@ def test_eviction_tombstones_the_lowest_value_notes_everywhere(redis_db, tmp_pat
             )
             mem.flush("ev")
             linked_before = {nid: set(mem.get(nid, namespace="ev").links) for nid in ids}
-            assert evict_all(ctx) == 2
+            assert run_periodic(ctx, "evict") == 2
             evicted = set(ids[3:])
             for nid in evicted:
                 with pytest.raises(NotFound):
@@ -46,7 +46,7 @@ def test_eviction_tombstones_the_lowest_value_notes_everywhere(redis_db, tmp_pat
         assert check_namespace(ctx, "ev") == []
         ops = [e[b"op"] for _, e in ctx.redis.xrange(ctx.keys.audit("ev"))]
         assert ops.count(b"evict") == 2
-        assert evict_all(ctx) == 0
+        assert run_periodic(ctx, "evict") == 0
     finally:
         srv.stop()
         ctx.close()

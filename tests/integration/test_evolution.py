@@ -25,9 +25,10 @@ from tests.conftest import drain_all, make_settings
 from tests.integration.chat_server import ChatServer, Scripted, answer, chat
 from worker import cli
 from worker.context import WorkerContext
-from worker.evolution import evolve_all, evolve_namespace
+from worker.evolution import evolve_namespace
 from worker.integrity import check_namespace
 from worker.lease import Lease
+from worker.periodic import last_runs, run_periodic
 
 __all__ = ["chat"]
 
@@ -121,7 +122,7 @@ def test_off_mode_changes_nothing(redis_db, tmp_path):
             hashes = {nid: note_hash(ctx, nid) for nid in SEED}
             audit_len = ctx.redis.xlen(ctx.keys.audit(NS))
 
-            assert evolve_namespace(ctx, NS) == 0 and evolve_all(ctx) == 0
+            assert evolve_namespace(ctx, NS) == 0 and run_periodic(ctx, "evolve") == 0
 
             assert {nid: note_hash(ctx, nid) for nid in SEED} == hashes
             assert ctx.redis.xlen(ctx.keys.audit(NS)) == audit_len
@@ -303,12 +304,13 @@ def test_evolution_stays_inside_its_namespace(apply_ctx):
         seed(apply_ctx, mem, "other")
         seed(apply_ctx, mem)
 
-        assert evolve_all(apply_ctx) == 2
+        assert run_periodic(apply_ctx, "evolve") == 2
 
         for ns in (NS, "other"):
             assert [p.note for p in mem.proposals(ns)] == ["n"]
             assert all(p.namespace == ns for p in mem.proposals(ns))
-        assert evolve_all(apply_ctx) == 0  # nothing written since
+        assert run_periodic(apply_ctx, "evolve") == 0
+        assert last_runs(apply_ctx)["evolve"].namespaces == 0  # nothing written since
 
 
 def test_the_async_client_reviews_proposals(propose_ctx):

@@ -7,8 +7,9 @@ import msgpack
 
 from tests.conftest import drain_all
 from worker import notes
-from worker.importance import AUDIT_DELTA, importance_all, importance_namespace
+from worker.importance import AUDIT_DELTA, importance_namespace
 from worker.integrity import check_namespace
+from worker.periodic import last_runs, run_periodic
 
 SOLAR = [
     "The project Apollo builds a dashboard for tracking solar panel efficiency.",
@@ -56,9 +57,10 @@ def test_importance_is_written_back_in_range_and_audited_once_per_run(ctx, clien
 def test_a_second_run_writes_nothing_and_unchanged_namespaces_are_skipped(ctx, client):
     ids = client.store_many(SOLAR, namespace="imp")
     drain_all(ctx)
-    assert importance_all(ctx) == len(ids)
+    assert run_periodic(ctx, "importance") == len(ids)
     assert importance_namespace(ctx, "imp") == 0
-    assert importance_all(ctx) == 0  # not due: nothing was written since
+    assert run_periodic(ctx, "importance") == 0
+    assert last_runs(ctx)["importance"].namespaces == 0  # not due: nothing was written since
     assert len(audit_entries(ctx, "imp", "importance")) == 1
     assert "importance" in client.stats("imp").last
 
@@ -72,7 +74,7 @@ def test_retrievals_and_a_new_hint_raise_importance(ctx, client):
     client.store(SOLAR[4], namespace="imp", id=ids[4], importance=0.95)
     drain_all(ctx)
 
-    importance_all(ctx)
+    run_periodic(ctx, "importance")
 
     assert importance(ctx, "imp", ids[0]) > first[ids[0]]
     assert importance(ctx, "imp", ids[4]) > first[ids[4]] + 0.15

@@ -15,7 +15,8 @@ from producer import AsyncMemoryClient, MemoryClient, NotFound
 from tests.conftest import drain_all
 from worker.context import WorkerContext
 from worker.integrity import check_namespace
-from worker.merge import merge_all, merge_namespace
+from worker.merge import merge_namespace
+from worker.periodic import last_runs, run_periodic
 from worker.server import SearchServer
 
 FACT = "The customer's Snowflake account uses key-pair auth with Azure AD"
@@ -82,13 +83,16 @@ def test_merge_is_incremental_and_idempotent(ctx, served):
     served.store(FACT, namespace="m")
     served.store(TWIN, namespace="m")
     drain_all(ctx)
-    assert merge_all(ctx) == 1
+    assert run_periodic(ctx, "merge") == 1
     audit_len = ctx.redis.xlen(ctx.keys.audit("m"))
-    assert merge_namespace(ctx, "m") == 0 and merge_all(ctx) == 0
+    assert merge_namespace(ctx, "m") == 0
+    assert run_periodic(ctx, "merge") == 0  # looks once more: the merge removed a note
+    assert run_periodic(ctx, "merge") == 0
+    assert last_runs(ctx)["merge"].namespaces == 0  # unchanged since: skipped
     assert ctx.redis.xlen(ctx.keys.audit("m")) == audit_len
     third = served.store(FACT + ".", namespace="m")
     drain_all(ctx)
-    assert merge_all(ctx) == 1
+    assert run_periodic(ctx, "merge") == 1
     assert served.stats("m").notes == 1
     assert served.get(third, namespace="m").id != third
 

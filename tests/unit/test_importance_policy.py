@@ -8,7 +8,6 @@ from worker.importance import (
     Edges,
     Signals,
     edges_of,
-    is_due,
     pagerank,
     prior_of,
     score_importance,
@@ -116,13 +115,3 @@ def test_only_notes_that_moved_are_updated() -> None:
     updates = select_updates(notes, [0.50001, 0.7])
 
     assert [(u.id, u.before, u.after) for u in updates] == [("moved", 0.5, 0.7)]
-
-
-def test_a_namespace_is_due_after_a_write_or_when_its_last_run_is_a_day_old() -> None:
-    now = 10 * DAY
-    assert is_due({b"last_ingest": b"5"}, now)
-    assert not is_due({b"last_ingest": b"5", b"last_importance": str(now - 60).encode()}, now)
-    assert is_due({b"last_ingest": str(now).encode(), b"last_importance": b"6"}, now)
-    assert is_due({b"last_consolidate": b"9", b"last_importance": b"6"}, now)
-    assert is_due({b"last_ingest": b"5", b"last_importance": str(now - 2 * DAY).encode()}, now)
-    assert not is_due({}, now)
