@@ -8,8 +8,9 @@ runs them; a job that is not in JOBS simply never runs.
 - Incremental: a run of job J visits a namespace only when it changed after J's last run there
   began: its change log (notes added or removed), an ingest commit (``last_ingest``) or a
   productive run of another job (``changed_<job>``) is newer than ``run_<J>``, or J's last run
-  there is older than J's MAX_AGE_S. A job whose own run adds or removes notes (consolidation,
-  eviction) is thus visited once more, which is how work it left for later is picked up.
+  there is older than J's MAX_AGE_S, or J's last run there did any work (``work_<J>`` > 0: it
+  may have stopped at its own per-run cap), which is how work it left for later is picked up.
+  The ``judge`` job is due wherever its queue holds notes.
 - Bounded: at most ``periodic_max_namespaces`` namespaces per run, least recently run first, and
   none after the run's work reached ``periodic_max_work``; the rest stay due and go first next
   time.
@@ -100,6 +101,9 @@ class Due:
     ns: str
     last_run: float  #: start of the job's last run there (0 = never)
     changed: float  #: latest change of the namespace a run of this job has not seen
+    #: work the last run did: a productive run looks once more, as it may have stopped at its
+    #: own per-run cap (evolution's triggers, supersession's new notes) with work left
+    last_work: int = 0
 
 
 def interval_s(s: WorkerSettings, job: str) -> float:
@@ -114,7 +118,7 @@ def interval_s(s: WorkerSettings, job: str) -> float:
 
 
 def is_due(job: str, state: Due, now: float) -> bool:
-    if state.changed > state.last_run:
+    if state.changed > state.last_run or state.last_work > 0:
         return True
     max_age = MAX_AGE_S.get(job)
     return max_age is not None and state.last_run > 0 and now - state.last_run > max_age
@@ -152,10 +156,12 @@ def read_due(ctx: WorkerContext, job: str) -> list[Due]:
     for i, ns in enumerate(names):
         stats, tail, queued = replies[3 * i : 3 * i + 3]
         last = float(stats.get(f"run_{job}".encode(), 0.0))
+        work = int(stats.get(f"work_{job}".encode(), 0))
         if job == "judge":
             out.append(Due(ns, last, now if queued else 0.0))
         else:
-            out.append(Due(ns, last, changed_at(job, stats, tail[0][0] if tail else None)))
+            changed = changed_at(job, stats, tail[0][0] if tail else None)
+            out.append(Due(ns, last, changed, work))
     return out
 
 

@@ -309,6 +309,7 @@ def test_evolution_stays_inside_its_namespace(apply_ctx):
         for ns in (NS, "other"):
             assert [p.note for p in mem.proposals(ns)] == ["n"]
             assert all(p.namespace == ns for p in mem.proposals(ns))
+        assert run_periodic(apply_ctx, "evolve") == 0  # the productive run's second look
         assert run_periodic(apply_ctx, "evolve") == 0
         assert last_runs(apply_ctx)["evolve"].namespaces == 0  # nothing written since
 

@@ -44,6 +44,8 @@ def test_an_unchanged_namespace_is_skipped_by_the_next_run(pctx):
     assert run_periodic(pctx, "importance") > 0
     assert last_run(pctx, "importance").namespaces == 2
 
+    assert run_periodic(pctx, "importance") == 0  # a productive run's second look finds nothing
+    assert last_run(pctx, "importance").namespaces == 2
     assert run_periodic(pctx, "importance") == 0
     assert last_run(pctx, "importance").namespaces == 0  # neither changed since
 
@@ -155,7 +157,7 @@ def test_a_namespace_whose_job_fails_stays_due_and_does_not_stop_the_others(pctx
         assert mem.stats("good").jobs["consolidate"].work == 1
 
 
-def test_organise_counts_as_a_run_so_the_next_periodic_run_skips_the_namespace(pctx):
+def test_organise_counts_as_a_run_so_periodic_runs_only_look_once_more(pctx):
     seed(pctx, "o")
     srv = OrganiseServer(pctx).start()
     try:
@@ -164,6 +166,8 @@ def test_organise_counts_as_a_run_so_the_next_periodic_run_skips_the_namespace(p
     finally:
         srv.stop()
 
+    assert run_periodic(pctx, "importance") == 0  # the second look after organise's work
+    assert last_run(pctx, "importance").namespaces == 1
     assert run_periodic(pctx, "importance") == 0
     assert last_run(pctx, "importance").namespaces == 0
 

@@ -66,6 +66,11 @@ def test_a_namespace_is_due_when_it_changed_after_the_last_run_began() -> None:
     assert not is_due("evict", Due("a", last_run=0.0, changed=0.0), now=10.0)
 
 
+def test_a_productive_run_looks_once_more_as_it_may_have_stopped_at_its_cap() -> None:
+    assert is_due("evolve", Due("a", last_run=6.0, changed=5.0, last_work=64), now=10.0)
+    assert not is_due("evolve", Due("a", last_run=6.0, changed=5.0, last_work=0), now=10.0)
+
+
 def test_importance_is_also_due_once_its_last_run_is_old() -> None:
     last = 1_000.0
     old = last + MAX_AGE_S["importance"] + 1
