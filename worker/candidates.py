@@ -15,6 +15,7 @@ import numpy.typing as npt
 from producer.core import link_label
 from producer.protocol import PACKED_FIELDS, Hit
 from worker import ranking
+from worker.bulk import BulkPipeline, pairs, scored
 from worker.context import WorkerContext
 
 #: Fields every candidate needs to be filtered and ranked (small; no content, no vector).
@@ -67,7 +68,7 @@ def fetch(
     ids = list(ids)
     names = [*RANK_FIELDS, "metadata"] if with_metadata else list(RANK_FIELDS)
     linked = [nid for nid in ids if nid in with_links]
-    pipe = ctx.redis.pipeline(transaction=False)
+    pipe = BulkPipeline(ctx.redis)
     for nid in ids:
         pipe.hmget(ctx.keys.note(ns, nid), names)
     for nid in linked:
@@ -78,7 +79,7 @@ def fetch(
     for nid, raw in zip(ids, replies, strict=False):
         if raw[0] == b"active":
             row = links.get(nid)
-            out.append(Cand(nid, ns, hop, decode(names, raw), _links(row)))
+            out.append(Cand(nid, ns, hop, decode(names, raw), None if row is None else scored(row)))
     return out
 
 
@@ -87,15 +88,11 @@ def load_links(ctx: WorkerContext, cands: Iterable[Cand]) -> None:
     todo = [c for c in cands if c.links is None]
     if not todo:
         return
-    pipe = ctx.redis.pipeline(transaction=False)
+    pipe = BulkPipeline(ctx.redis)
     for c in todo:
         pipe.zrange(ctx.keys.links(c.ns, c.id), 0, -1, withscores=True)
     for c, row in zip(todo, pipe.execute(), strict=True):
-        c.links = _links(row)
-
-
-def _links(row: list[tuple[bytes, float]] | None) -> dict[str, float] | None:
-    return None if row is None else {m.decode(): float(w) for m, w in row}
+        c.links = scored(row)
 
 
 def load_hit_fields(
@@ -109,7 +106,7 @@ def load_hit_fields(
     unlabelled = [c for c in cands if c.labels is None]
     if not bare and not unlinked and not unlabelled:
         return
-    pipe = ctx.redis.pipeline(transaction=False)
+    pipe = BulkPipeline(ctx.redis)
     for c in bare:
         pipe.hmget(ctx.keys.note(c.ns, c.id), HIT_FIELDS)
     for c in unlinked:
@@ -124,9 +121,9 @@ def load_hit_fields(
             c.similarity = float(c.vec @ qvec[0])
     links_at = len(bare)
     for c, row in zip(unlinked, replies[links_at : links_at + len(unlinked)], strict=True):
-        c.links = _links(row)
+        c.links = scored(row)
     for c, metas in zip(unlabelled, replies[links_at + len(unlinked) :], strict=True):
-        c.labels = {m.decode(): link_label(raw) for m, raw in metas.items()}
+        c.labels = {m: link_label(raw) for m, raw in pairs(metas).items()}
 
 
 def decode(names: list[str], raw: list[bytes | None]) -> dict[str, Any]:

@@ -14,13 +14,12 @@ import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from types import TracebackType
-from typing import Any
 
-import hiredis
 from redis import Redis
 from redis.client import Pipeline
-from redis.connection import Connection
-from redis.exceptions import RedisError, ResponseError, WatchError
+from redis.exceptions import RedisError, WatchError
+
+from worker.bulk import BulkTransaction
 
 log = logging.getLogger(__name__)
 
@@ -135,43 +134,3 @@ class Lease:
         tb: TracebackType | None,
     ) -> None:
         self.release()
-
-
-class BulkTransaction(Pipeline):  # type: ignore[misc]  # redis-py's Pipeline is untyped
-    """A MULTI/EXEC pipeline for large write batches (thousands of commands): the commands are
-    packed by hiredis in C and the replies read without redis-py's per-command callbacks, so
-    ``execute()`` returns each command's raw reply (bytes, int, list) and costs a fraction of
-    a plain pipeline's client time. Raises the first command error, like a plain pipeline."""
-
-    def __init__(self, r: Redis) -> None:
-        super().__init__(r.connection_pool, r.response_callbacks, True, None)
-
-    def _execute_transaction(
-        self,
-        connection: Connection,
-        commands: list[tuple[tuple[Any, ...], Any]],
-        raise_on_error: bool,
-    ) -> list[Any]:
-        packed = [
-            hiredis.pack_command(("MULTI",)),
-            *[hiredis.pack_command(args) for args, _ in commands],
-            hiredis.pack_command(("EXEC",)),
-        ]
-        connection.send_packed_command([b"".join(packed)])
-        error: ResponseError | None = None
-        for _reply in range(len(commands) + 1):
-            try:
-                connection.read_response()
-            except ResponseError as exc:
-                error = error or exc
-        try:
-            response = connection.read_response()
-        except ResponseError as exc:
-            raise error or exc from None
-        self.watching = False
-        if response is None:
-            raise WatchError("Watched variable changed.")
-        for reply in response:
-            if isinstance(reply, ResponseError):
-                raise reply
-        return list(response)

@@ -17,6 +17,7 @@ from redis.client import Pipeline
 
 from producer.keys import Keys
 from producer.protocol import PACKED_FIELDS
+from worker.bulk import BulkPipeline, fields, scored
 from worker.linking import Link
 
 Fields = dict[bytes, bytes]  #: a note hash as HGETALL returns it
@@ -59,19 +60,18 @@ def decode_field(key: str, raw: bytes) -> Any:
 
 def read_notes(r: Redis, keys: Keys, ns: str, ids: Sequence[str]) -> dict[str, Fields]:
     """HGETALL of each id that exists (one round trip)."""
-    pipe = r.pipeline(transaction=False)
+    pipe = BulkPipeline(r)
     for nid in ids:
         pipe.hgetall(keys.note(ns, nid))
-    return {nid: f for nid, f in zip(ids, pipe.execute(), strict=True) if f}
+    return {nid: fields(raw) for nid, raw in zip(ids, pipe.execute(), strict=True) if raw}
 
 
 def read_links(r: Redis, keys: Keys, ns: str, ids: Sequence[str]) -> dict[str, dict[str, float]]:
     """Neighbour -> weight of each id (one round trip)."""
-    pipe = r.pipeline(transaction=False)
+    pipe = BulkPipeline(r)
     for nid in ids:
         pipe.zrange(keys.links(ns, nid), 0, -1, withscores=True)
-    rows = pipe.execute()
-    return {nid: {m.decode(): float(w) for m, w in row} for nid, row in zip(ids, rows, strict=True)}
+    return {nid: scored(row) for nid, row in zip(ids, pipe.execute(), strict=True)}
 
 
 def audit(
