@@ -15,6 +15,7 @@ from typing import Any
 from redis.client import Pipeline
 
 from worker import notes
+from worker.bulk import BulkPipeline
 from worker.context import WorkerContext
 from worker.linking import Link, cap_degree
 
@@ -43,7 +44,7 @@ def plan_cap(
     if cap <= 0 or not links:
         return Capped(list(links))
     ends = sorted({end for link in links for end in (link.a, link.b)})
-    pipe = ctx.redis.pipeline(transaction=False)
+    pipe = BulkPipeline(ctx.redis)
     for nid in ends:
         pipe.zcard(ctx.keys.links(ns, nid))
     degree = dict(zip(ends, (int(card) for card in pipe.execute()), strict=True))

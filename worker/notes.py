@@ -167,7 +167,7 @@ def read_link_meta(
     r: Redis, keys: Keys, ns: str, pairs: Sequence[tuple[str, str]]
 ) -> list[dict[str, Any]]:
     """The packed {reason, label, source, at} of each link ``a`` - ``b`` (empty when absent)."""
-    pipe = r.pipeline(transaction=False)
+    pipe = BulkPipeline(r)
     for a, b in pairs:
         pipe.hget(keys.linkmeta(ns, a), b)
     return [link_meta(raw) for raw in pipe.execute()]
