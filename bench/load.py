@@ -94,18 +94,25 @@ def produce(url: str, prefix: str, namespaces: list[str], seconds: float, who: i
     return out
 
 
-def _spawn_workers(settings: WorkerSettings, count: int) -> list[subprocess.Popen[bytes]]:
+def _spawn_workers(
+    settings: WorkerSettings, count: int, searchers: int
+) -> list[subprocess.Popen[bytes]]:
+    """``count`` Celery workers; with ``searchers`` > 0 they are ingest-only and that many
+    `zettelq searcher` processes serve the searches (the role split)."""
     env = {
         **os.environ,
         "ZQ_REDIS_URL": settings.redis_url,
         "ZQ_KEY_PREFIX": settings.key_prefix,
         "ZQ_SHARD_COUNT": str(settings.shard_count),
         "ZQ_INDEX_DIR": str(settings.index_dir),
+        "ZQ_SERVE_SEARCH": "false" if searchers else "true",
     }
-    command = [sys.executable, "-m", "worker.cli", "worker", "--loglevel=WARNING"]
+    worker = [sys.executable, "-m", "worker.cli", "worker", "--loglevel=WARNING"]
+    searcher = [sys.executable, "-m", "worker.cli", "searcher"]
+    commands = [worker] * count + [searcher] * searchers
     return [
         subprocess.Popen(command, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-        for _ in range(count)
+        for command in commands
     ]
 
 
@@ -134,7 +141,7 @@ def run(workers: int, args: argparse.Namespace, tmp: Path) -> dict[str, object]:
             redis_url=server.url, key_prefix=f"load{workers}", index_dir=tmp / f"index{workers}"
         )
         namespaces = [f"tenant-{i}" for i in range(args.namespaces)]
-        procs = _spawn_workers(settings, workers)
+        procs = _spawn_workers(settings, workers, args.searchers)
         ctx = WorkerContext.build(settings)
         try:
             with MemoryClient(settings) as mem:
@@ -164,6 +171,7 @@ def run(workers: int, args: argparse.Namespace, tmp: Path) -> dict[str, object]:
             errors = sum((r.errors for r in results), Counter())
             return {
                 "workers": workers,
+                "searchers": args.searchers,
                 "stores/s": round(stores / load_s),
                 "searches/s": round(len(lat) / load_s),
                 "search p50 ms": round(statistics.median(lat) * 1000, 2) if lat else None,
@@ -189,6 +197,12 @@ def main() -> int:
     p.add_argument("--seconds", type=float, default=20.0)
     p.add_argument("--namespaces", type=int, default=4)
     p.add_argument("--workers", default="1,2", help="worker process counts to run, in order")
+    p.add_argument(
+        "--searchers",
+        type=int,
+        default=0,
+        help="search-only processes; the workers are then ingest-only (ZQ_SERVE_SEARCH=false)",
+    )
     args = p.parse_args()
     logging.basicConfig(level=logging.INFO, format="%(message)s")
     with tempfile.TemporaryDirectory(prefix="zq-load-") as tmp:
