@@ -239,7 +239,17 @@ class ClientCore:
             index_size=int(counters.get("index_size", 0)),
             last={k[5:]: float(t) for k, t in counters.items() if k.startswith("last_")},
             jobs=job_runs(counters),
+            counters={
+                k: int(v)
+                for k, v in counters.items()
+                if k in ORGANISATION_COUNTERS or k.startswith(ORGANISATION_PREFIXES)
+            },
         )
+
+
+#: Stats-hash counters that stats() reports in ``Stats.counters``.
+ORGANISATION_COUNTERS = frozenset({"insights", "superseded", "merged", "links_capped"})
+ORGANISATION_PREFIXES = ("llm_", "judge_", "construct_", "evolve_")
 
 
 def job_runs(counters: Mapping[str, str]) -> dict[str, JobRun]:

@@ -261,6 +261,10 @@ class Stats(BaseModel):
     index_size: int = 0
     last: dict[str, float] = Field(default_factory=dict)
     jobs: dict[str, JobRun] = Field(default_factory=dict)  #: last run of each periodic job here
+    #: organisation counters: insights, superseded, merged, links_capped, and the LLM work
+    #: (llm_calls, llm_tokens, llm_prompt_tokens, llm_completion_tokens, llm_failures,
+    #: llm_fail_<reason>, judge_*, construct_*, evolve_*)
+    counters: dict[str, int] = Field(default_factory=dict)
 
 
 class Organised(BaseModel):

@@ -134,6 +134,10 @@ def test_the_model_decides_the_links_and_their_labels(jctx, chat):
         assert stats["llm_calls"] == len(chat.requests)
         assert stats["llm_prompt_tokens"] == 300 * len(chat.requests)
         assert stats["llm_completion_tokens"] == 20 * len(chat.requests)
+        reported = mem.stats(NS).counters  # the same counters through the client
+        assert {k: reported[k] for k in ("judge_notes", "judge_calls", "llm_calls")} == {
+            k: stats[k] for k in ("judge_notes", "judge_calls", "llm_calls")
+        }
         audits = [e for _, e in jctx.redis.xrange(jctx.keys.audit(NS)) if e[b"op"] == b"link"]
         assert audits and all(e[b"source"] == f"judge:{MODEL}".encode() for e in audits)
 
