@@ -33,7 +33,7 @@ import concurrent.futures
 import hashlib
 import logging
 import re
-from collections.abc import Callable, Collection, Mapping, Sequence
+from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Annotated
 
@@ -218,11 +218,10 @@ def construct(
     ctx: WorkerContext,
     ns: str,
     jobs: Sequence[StoreJob],
-    keep_alive: Callable[[], None],
 ) -> list[Built]:
     """Each job's constructed fields, in order: the model's where configured and it answered
-    well, else the deterministic ones. ``keep_alive`` is called while model calls run (it
-    renews the caller's lease; an exception from it propagates)."""
+    well, else the deterministic ones. (The caller's leases are kept alive by ``Lease.kept``
+    while the model calls run.)"""
     built = [heuristic(job.content) for job in jobs]
     s = ctx.settings
     if s.construction != "llm" or s.llm_url is None or not jobs:
@@ -231,7 +230,7 @@ def construct(
         list(range(i, min(i + s.construct_batch, len(jobs))))
         for i in range(0, len(jobs), s.construct_batch)
     ]
-    answers = _ask_all(ctx, ns, [[jobs[i] for i in chunk] for chunk in chunks], keep_alive)
+    answers = _ask_all(ctx, ns, [[jobs[i] for i in chunk] for chunk in chunks])
     made = 0
     for chunk, answer in zip(chunks, answers, strict=True):
         for i, model_built in zip(chunk, answer, strict=True):
@@ -243,23 +242,11 @@ def construct(
     return built
 
 
-def _ask_all(
-    ctx: WorkerContext,
-    ns: str,
-    chunks: list[list[StoreJob]],
-    keep_alive: Callable[[], None],
-) -> list[list[Built | None]]:
-    """One call per chunk, at most llm_max_concurrent at once, keeping the lease alive."""
-    s = ctx.settings
-    interval_s = s.lease_s / 3
-    workers = min(len(chunks), s.llm_max_concurrent)
+def _ask_all(ctx: WorkerContext, ns: str, chunks: list[list[StoreJob]]) -> list[list[Built | None]]:
+    """One call per chunk, at most llm_max_concurrent at once."""
+    workers = min(len(chunks), ctx.settings.llm_max_concurrent)
     with concurrent.futures.ThreadPoolExecutor(workers, thread_name_prefix="zq-construct") as pool:
-        futures = [pool.submit(_ask, ctx, ns, chunk) for chunk in chunks]
-        pending = set(futures)
-        while pending:
-            _, pending = concurrent.futures.wait(pending, timeout=interval_s)
-            keep_alive()
-        return [f.result() for f in futures]
+        return list(pool.map(lambda chunk: _ask(ctx, ns, chunk), chunks))
 
 
 def _ask(ctx: WorkerContext, ns: str, jobs: list[StoreJob]) -> list[Built | None]:

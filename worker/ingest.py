@@ -196,7 +196,7 @@ def _construct(
         if p.existing is not None and not _content_changed(p):
             p.keywords = list(p.existing.get("keywords", []))
             p.context = p.existing.get("context") or construction.lead_context(p.job.content)
-    built = construction.construct(ctx, proj.ns, [p.job for p in changed], lease.renew)
+    built = construction.construct(ctx, proj.ns, [p.job for p in changed])
     ids = {p.job.id for p in todo}
     atoms: list[_Pending] = []
     for p, b in zip(changed, built, strict=True):
