@@ -26,8 +26,14 @@ def run_demo(settings: WorkerSettings) -> int:
     with MemoryClient(settings) as mem:
         ids = mem.store_many(
             [
-                {"content": m, "agent": "researcher", "metadata": {"source": "seed-000"}}
-                for m in MEMORIES
+                {
+                    # fixed ids: a second run updates these notes instead of adding copies
+                    "id": f"seed-000-{i}",
+                    "content": m,
+                    "agent": "researcher",
+                    "metadata": {"source": "seed-000"},
+                }
+                for i, m in enumerate(MEMORIES)
             ],
             namespace=NAMESPACE,
         )
