@@ -4,7 +4,7 @@ and for those that need a connection boost, content and vectors for the hits ret
 
 from __future__ import annotations
 
-from collections.abc import Collection, Iterable
+from collections.abc import Callable, Collection, Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -31,6 +31,8 @@ RANK_FIELDS = (
     "valid_to",
     "embedder",
 )
+#: A link set read with ZSCAN comes back whole while under this many links (see queue_links).
+LINKS_SCAN = 10_000
 #: Fields only the returned hits need.
 HIT_FIELDS = ("content", "keywords", "metadata", "superseded_by", "vec")
 
@@ -55,6 +57,10 @@ class Cand:
         return self.parts.score
 
 
+#: Decodes a queued read from the replies of the pipeline it was queued on.
+Decoder = Callable[[list[Any]], None]
+
+
 def fetch(
     ctx: WorkerContext,
     ns: str,
@@ -65,65 +71,112 @@ def fetch(
 ) -> list[Cand]:
     """Ranking fields of each id, and the links of those in ``with_links``, in one round trip;
     active notes only."""
-    ids = list(ids)
-    names = [*RANK_FIELDS, "metadata"] if with_metadata else list(RANK_FIELDS)
-    linked = [nid for nid in ids if nid in with_links]
+    cands = [Cand(nid, ns, hop, {}) for nid in ids]
     pipe = BulkPipeline(ctx.redis)
-    for nid in ids:
-        pipe.hmget(ctx.keys.note(ns, nid), names)
-    for nid in linked:
-        pipe.zrange(ctx.keys.links(ns, nid), 0, -1, withscores=True)
-    replies = pipe.execute()
-    links = dict(zip(linked, replies[len(ids) :], strict=True))
-    out = []
-    for nid, raw in zip(ids, replies, strict=False):
-        if raw[0] == b"active":
-            row = links.get(nid)
-            out.append(Cand(nid, ns, hop, decode(names, raw), None if row is None else scored(row)))
-    return out
+    active = queue_rank_fields(pipe, ctx, cands, with_metadata)
+    links = queue_links(pipe, ctx, [c for c in cands if c.id in with_links])
+    replies = pipe.execute() if len(pipe) else []
+    links(replies)
+    return active(replies)
+
+
+def queue_rank_fields(
+    pipe: BulkPipeline, ctx: WorkerContext, cands: list[Cand], with_metadata: bool
+) -> Callable[[list[Any]], list[Cand]]:
+    """Queue the read of the candidates' ranking fields; its decoder returns the active ones."""
+    names = [*RANK_FIELDS, "metadata"] if with_metadata else list(RANK_FIELDS)
+    start = len(pipe)
+    for c in cands:
+        pipe.hmget(ctx.keys.note(c.ns, c.id), names)
+
+    def decoder(replies: list[Any]) -> list[Cand]:
+        out = []
+        for c, raw in zip(cands, replies[start : start + len(cands)], strict=True):
+            if raw[0] == b"active":
+                c.fields.update(decode(names, raw))
+                out.append(c)
+        return out
+
+    return decoder
+
+
+def queue_links(pipe: BulkPipeline, ctx: WorkerContext, cands: Iterable[Cand]) -> Decoder:
+    """Queue the read of the links of the candidates that lack them.
+
+    ZSCAN rather than ZRANGE WITHSCORES: a link set small enough for Redis to keep as a
+    listpack (up to ``zset-max-listpack-entries``, 128 by default, far above ``max_degree``)
+    comes back whole in one reply, in ZRANGE's order, with each weight as the string it was
+    stored as, where ZRANGE formats every weight anew (%.17g), which makes it about 40% dearer.
+    A larger set comes back whole in hash order while under ``LINKS_SCAN`` links; a set not
+    returned whole is read with ZRANGE (one more round trip)."""
+    todo = [c for c in cands if c.links is None]
+    start = len(pipe)
+    for c in todo:
+        pipe.zscan(ctx.keys.links(c.ns, c.id), 0, count=LINKS_SCAN)
+
+    def decoder(replies: list[Any]) -> None:
+        for c, (cursor, row) in zip(todo, replies[start : start + len(todo)], strict=True):
+            if cursor == b"0":
+                c.links = scored(row)
+            else:
+                rows = ctx.redis.zrange(ctx.keys.links(c.ns, c.id), 0, -1, withscores=True)
+                c.links = {m.decode(): float(w) for m, w in rows}
+
+    return decoder
 
 
 def load_links(ctx: WorkerContext, cands: Iterable[Cand]) -> None:
-    """Fill in the links of the candidates that lack them (one round trip)."""
-    todo = [c for c in cands if c.links is None]
-    if not todo:
-        return
+    """Fill in the links of the candidates that lack them (one round trip, none if none do)."""
     pipe = BulkPipeline(ctx.redis)
-    for c in todo:
-        pipe.zrange(ctx.keys.links(c.ns, c.id), 0, -1, withscores=True)
-    for c, row in zip(todo, pipe.execute(), strict=True):
-        c.links = scored(row)
+    decoder = queue_links(pipe, ctx, cands)
+    if len(pipe):
+        decoder(pipe.execute())
+
+
+def queue_hit_fields(
+    pipe: BulkPipeline,
+    ctx: WorkerContext,
+    cands: Iterable[Cand],
+    qvec: npt.NDArray[np.float32],
+    embedder: str,
+) -> Decoder:
+    """Queue the read of what the candidates lack to be returned as hits: content, keywords,
+    metadata, vector, links and link labels. The decoder also sets the similarity to the query
+    from the stored vector when it comes from the current embedder."""
+    cands = list(cands)
+    bare = [c for c in cands if "content" not in c.fields]
+    unlabelled = [c for c in cands if c.labels is None]
+    start = len(pipe)
+    for c in bare:
+        pipe.hmget(ctx.keys.note(c.ns, c.id), HIT_FIELDS)
+    links = queue_links(pipe, ctx, cands)
+    metas_at = len(pipe)
+    for c in unlabelled:
+        pipe.hgetall(ctx.keys.linkmeta(c.ns, c.id))
+
+    def decoder(replies: list[Any]) -> None:
+        for c, raw in zip(bare, replies[start : start + len(bare)], strict=True):
+            c.fields.update(decode(list(HIT_FIELDS[:-1]), raw[:-1]))
+            if raw[-1] is not None and c.fields.get("embedder") == embedder:
+                c.vec = np.frombuffer(raw[-1], dtype=np.float32)
+                c.similarity = float(c.vec @ qvec[0])
+        links(replies)
+        metas = replies[metas_at : metas_at + len(unlabelled)]
+        for c, row in zip(unlabelled, metas, strict=True):
+            c.labels = {m: link_label(raw) for m, raw in pairs(row).items()}
+
+    return decoder
 
 
 def load_hit_fields(
     ctx: WorkerContext, cands: list[Cand], qvec: npt.NDArray[np.float32], embedder: str
 ) -> None:
-    """Content, keywords, metadata, vector, links and link labels of the candidates that lack
-    them, in one round trip; similarity to the query from the stored vector when it comes from
-    the current embedder."""
-    bare = [c for c in cands if "content" not in c.fields]
-    unlinked = [c for c in cands if c.links is None]
-    unlabelled = [c for c in cands if c.labels is None]
-    if not bare and not unlinked and not unlabelled:
-        return
+    """What ``queue_hit_fields`` reads, for the candidates that lack it (one round trip, none if
+    none do)."""
     pipe = BulkPipeline(ctx.redis)
-    for c in bare:
-        pipe.hmget(ctx.keys.note(c.ns, c.id), HIT_FIELDS)
-    for c in unlinked:
-        pipe.zrange(ctx.keys.links(c.ns, c.id), 0, -1, withscores=True)
-    for c in unlabelled:
-        pipe.hgetall(ctx.keys.linkmeta(c.ns, c.id))
-    replies = pipe.execute()
-    for c, raw in zip(bare, replies, strict=False):
-        c.fields.update(decode(list(HIT_FIELDS[:-1]), raw[:-1]))
-        if raw[-1] is not None and c.fields.get("embedder") == embedder:
-            c.vec = np.frombuffer(raw[-1], dtype=np.float32)
-            c.similarity = float(c.vec @ qvec[0])
-    links_at = len(bare)
-    for c, row in zip(unlinked, replies[links_at : links_at + len(unlinked)], strict=True):
-        c.links = scored(row)
-    for c, metas in zip(unlabelled, replies[links_at + len(unlinked) :], strict=True):
-        c.labels = {m: link_label(raw) for m, raw in pairs(metas).items()}
+    decoder = queue_hit_fields(pipe, ctx, cands, qvec, embedder)
+    if len(pipe):
+        decoder(pipe.execute())
 
 
 def decode(names: list[str], raw: list[bytes | None]) -> dict[str, Any]:

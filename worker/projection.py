@@ -48,6 +48,9 @@ class Projection:
         self.keywords: dict[int, frozenset[str]] = {}
         self.lexical = lexical
         self.position = "0-0"  #: last change-log entry applied
+        #: whether the last search found nothing to catch up (the next one then draws its
+        #: candidates before reading the change log, in the same round trip)
+        self.settled = False
         self.lock = threading.RLock()
 
     def add(

@@ -135,6 +135,12 @@ def connection_boost(links: Mapping[str, float], scale: float = BOOST_SCALE) -> 
     return min(1.0 + scale * math.log1p(sum(max(w, 0.0) for w in links.values())), MAX_BOOST)
 
 
+def score_ceiling(relevance: float, boost_scale: float = BOOST_SCALE) -> float:
+    """The highest score a note of this relevance can reach: full importance, just accessed,
+    and the largest connection boost the scale allows."""
+    return max(relevance, 0.0) * 1.5 * 1.0 * (MAX_BOOST if boost_scale > 0 else 1.0)
+
+
 def score_parts(
     relevance: float,
     importance: float,

@@ -6,6 +6,8 @@ from __future__ import annotations
 import html
 import logging
 import time
+from collections.abc import Callable
+from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
 
@@ -17,12 +19,13 @@ from producer.keys import Keys
 from producer.protocol import Hit, Reply, SearchJob
 from worker import candidates as cands_
 from worker import ranking
+from worker.bulk import BulkPipeline, fields
 from worker.candidates import Cand
 from worker.context import WorkerContext
 from worker.drain import drain_shard
 from worker.lexical import analyze
 from worker.notes import stream_pos
-from worker.projection import Prefetched, catch_up, read_after
+from worker.projection import CATCH_UP_CHUNK, Projection, catch_up
 
 log = logging.getLogger(__name__)
 
@@ -43,44 +46,46 @@ def handle(ctx: WorkerContext, job: SearchJob) -> Reply | None:
     if time.time() > job.deadline:
         log.warning("dropped expired %s job_id=%s", job.kind, job.job_id)
         return None
-    prefetched: dict[str, Prefetched] = {}
     try:
-        if job.fresh or job.kind == "flush":
-            prefetched = wait_fresh(ctx, job.namespaces, job.deadline, job.kind != "flush")
+        if job.kind == "flush":
+            wait_fresh(ctx, job.namespaces, job.deadline)
+            return Reply(job_id=job.job_id)
+        hits = search(ctx, job)
     except NotFresh as exc:
         return Reply(job_id=job.job_id, ok=False, error=str(exc))
-    if job.kind == "flush":
-        return Reply(job_id=job.job_id)
-    hits = search(ctx, job, prefetched)
     text = render_context(hits, job.max_tokens) if job.kind == "context" else ""
     return Reply(job_id=job.job_id, hits=hits, text=text)
 
 
-def wait_fresh(
-    ctx: WorkerContext, namespaces: list[str], deadline: float, prefetch: bool = False
-) -> dict[str, Prefetched]:
-    """Block until every job queued to these namespaces' shards by now is committed.
+def wait_fresh(ctx: WorkerContext, namespaces: list[str], deadline: float) -> None:
+    """Block until every job queued to these namespaces' shards by now is committed."""
+    pipe = BulkPipeline(ctx.redis)
+    wait = _queue_inbox_reads(pipe, ctx, namespaces)
+    wait(pipe.execute(), deadline)
 
-    Committed entries are deleted from the stream, so the shard is fresh once its first
-    remaining entry is newer than the last entry present when the search was taken. The same
-    round trip reads (with ``prefetch``) the namespaces' change logs past their projections:
-    when every shard is already fresh, those reads are returned for the catch-up.
-    """
+
+def _queue_inbox_reads(
+    pipe: BulkPipeline, ctx: WorkerContext, namespaces: list[str]
+) -> Callable[[list[Any], float], bool]:
+    """Queue the read of the last entry of each of these namespaces' shard streams; the
+    returned function waits, from the pipeline's replies, until each shard has committed up to
+    that entry, and tells whether any had anything left to commit.
+
+    Committed entries are deleted from the stream, so a shard is fresh once its first
+    remaining entry is newer than the last entry present when the search was taken."""
     shards = sorted({ctx.keys.shard_of(ns) for ns in namespaces})
-    pipe = ctx.redis.pipeline(transaction=False)
+    start = len(pipe)
     for shard in shards:
         pipe.xrevrange(ctx.keys.inbox(shard), count=1)
-    names = namespaces if prefetch else []
-    positions = {ns: read_after(pipe, ctx, ctx.projection(ns)) for ns in names}
-    replies = pipe.execute()
-    waited = False
-    for shard, last in zip(shards, replies, strict=False):
-        if last:
-            waited |= _wait_shard(ctx, shard, stream_pos(last[0][0]), deadline)
-    if waited:
-        return {}
-    reads = replies[len(shards) :]
-    return {ns: (positions[ns], read) for ns, read in zip(positions, reads, strict=True)}
+
+    def wait(replies: list[Any], deadline: float) -> bool:
+        waited = False
+        for shard, last in zip(shards, replies[start : start + len(shards)], strict=True):
+            if last:
+                waited |= _wait_shard(ctx, shard, stream_pos(last[0][0]), deadline)
+        return waited
+
+    return wait
 
 
 def _wait_shard(ctx: WorkerContext, shard: int, target: tuple[int, int], deadline: float) -> bool:
@@ -99,26 +104,28 @@ def _wait_shard(ctx: WorkerContext, shard: int, target: tuple[int, int], deadlin
             delay = min(delay * 2, 0.02)
 
 
-def search(
-    ctx: WorkerContext, job: SearchJob, prefetched: dict[str, Prefetched] | None = None
-) -> list[Hit]:
+def search(ctx: WorkerContext, job: SearchJob) -> list[Hit]:
     s = ctx.settings
     qvec = ctx.embedder.embed([job.query])
     terms = analyze(job.query)
     now = time.time()
     filters = {**job.filters, "as_of": job.as_of} if job.as_of is not None else job.filters
-    pool: list[Cand] = []
-    for ns in job.namespaces:
-        pool += _search_ns(ctx, ns, qvec, terms, job, filters, (prefetched or {}).get(ns))
-    if s.boost_scale > 0:
-        cands_.load_links(ctx, pool)
-    half_life_s = s.recency_half_life_days * 86_400
-    for c in pool:
-        cands_.score(c, now, half_life_s, s.boost_scale)
+    weights = {
+        "dense": s.dense_weight_for,
+        "lexical": s.lexical_weight,
+        "graph": s.graph_weight,
+        "feedback": s.feedback_weight,
+    }
+    weights.update(job.weights)
+    pools = _first_stage(ctx, job, qvec, terms, weights, filters)
+    for hop in range(1, job.hops):
+        for ns, pool in pools.items():
+            _expand(ctx, ns, pool, hop, filters, weights["graph"], job.k)
     at = now if job.as_of is None else job.as_of
-    ranked = sorted(pool, key=lambda c: (cands_.superseded(c, at), -c.score, c.ns, c.id))
+    width = job.k * MMR_POOL if job.diversity > 0 else job.k
+    ranked = _last_hop(ctx, pools, job.hops, filters, weights["graph"], job.k, width, now, at, qvec)
     if job.diversity > 0:
-        ranked = ranked[: job.k * MMR_POOL]
+        ranked = ranked[:width]
         cands_.load_hit_fields(ctx, ranked, qvec, ctx.embedder.name)
         ranked = _diversify(ranked, job.k, job.diversity)
         ranked.sort(key=lambda c: cands_.superseded(c, at))
@@ -127,80 +134,159 @@ def search(
     return [cands_.to_hit(c) for c in top]
 
 
-def _search_ns(
-    ctx: WorkerContext,
-    ns: str,
-    qvec: npt.NDArray[np.float32],
-    terms: list[str],
-    job: SearchJob,
-    filters: dict[str, Any],
-    prefetched: Prefetched | None,
-) -> list[Cand]:
-    """Dense and lexical candidates fused, then graph expansion; unscored."""
-    s = ctx.settings
-    weights = {
-        "dense": s.dense_weight_for,
-        "lexical": s.lexical_weight,
-        "graph": s.graph_weight,
-        "feedback": s.feedback_weight,
-    }
-    weights.update(job.weights)
-    n = max(s.search_candidates, job.k)
-    channels = _first_stage(ctx, ns, qvec, terms, n, job.k, weights, prefetched)
-    if s.fusion == "rrf":
-        relevance = ranking.fuse({k: list(v) for k, v in channels.items()}, weights, s.rrf_k)
-    else:
-        relevance = ranking.fuse_scores(channels, weights)
-    relevance = ranking.backfill(relevance, channels["dense"], job.k)
-    meta = "metadata" in filters
-    best = sorted(relevance, key=lambda nid: -relevance[nid])
-    with_links = set(best[: EXPAND_SEEDS + job.k]) if job.hops or s.boost_scale else set()
-    fetched = cands_.fetch(ctx, ns, relevance, 0, meta, with_links)
-    pool = {c.id: c for c in fetched if cands_.passes(c, filters)}
-    for c in pool.values():
-        c.relevance = relevance[c.id]
-        c.lexical = channels["lexical"].get(c.id, 0.0)
-        c.similarity = channels["dense"].get(c.id, 0.0)
-    for hop in range(1, job.hops + 1):
-        _expand(ctx, ns, pool, hop, filters, weights["graph"], job.k)
-    return list(pool.values())
+@dataclass
+class _Plan:
+    """A namespace's first-stage channels as drawn from its projection at ``position``."""
+
+    position: str
+    channels: dict[str, dict[str, float]]
+    relevance: dict[str, float]
 
 
 def _first_stage(
     ctx: WorkerContext,
-    ns: str,
+    job: SearchJob,
+    qvec: npt.NDArray[np.float32],
+    terms: list[str],
+    weights: dict[str, float],
+    filters: dict[str, Any],
+) -> dict[str, dict[str, Cand]]:
+    """Each namespace's dense and lexical candidates, fused, with their ranking fields (and the
+    links of those a hop or the connection boost needs); unscored.
+
+    The freshness wait (for ``job.fresh``), the read of each change log past its projection
+    and the candidates' fetch share one round trip while every projection was caught up at its
+    last search: the candidates are then drawn from the projections as they are, and drawn
+    again after catching up only if that read found changes. Otherwise the projections are
+    caught up first and the candidates fetched in a second round trip."""
+    projs = [ctx.projection(ns) for ns in job.namespaces]
+    settled = all(p.settled for p in projs)
+    plans = {p.ns: _plan(ctx, p, qvec, terms, job.k, weights) for p in projs if settled}
+    positions = {p.ns: plans[p.ns].position if settled else p.position for p in projs}
+    pipe = BulkPipeline(ctx.redis)
+    wait = _queue_inbox_reads(pipe, ctx, job.namespaces) if job.fresh else None
+    start = len(pipe)
+    for p in projs:
+        pipe.xrange(ctx.keys.changes(p.ns), min=f"({positions[p.ns]}", count=CATCH_UP_CHUNK)
+    fetches = {ns: _queue_fetch(pipe, ctx, ns, p, job, weights, filters) for ns, p in plans.items()}
+    replies = pipe.execute()
+    waited = wait is not None and wait(replies, job.deadline)
+    pools: dict[str, dict[str, Cand]] = {}
+    later = BulkPipeline(ctx.redis)
+    for p, raw in zip(projs, replies[start : start + len(projs)], strict=True):
+        entries = [(eid, fields(flat)) for eid, flat in raw]
+        p.settled = not waited and not entries
+        if p.settled and p.ns in fetches:
+            pools[p.ns] = fetches[p.ns](replies)
+            continue
+        with p.lock:
+            catch_up(ctx, p, None if waited else (positions[p.ns], entries))
+        plan = _plan(ctx, p, qvec, terms, job.k, weights)
+        fetches[p.ns] = _queue_fetch(later, ctx, p.ns, plan, job, weights, filters)
+    if len(later):
+        replies = later.execute()
+        pools.update({ns: fetches[ns](replies) for ns in fetches if ns not in pools})
+    return {ns: pools[ns] for ns in job.namespaces}
+
+
+def _plan(
+    ctx: WorkerContext,
+    proj: Projection,
+    qvec: npt.NDArray[np.float32],
+    terms: list[str],
+    k: int,
+    weights: dict[str, float],
+) -> _Plan:
+    """The channels of ``proj`` as it is (not caught up), fused into relevance."""
+    s = ctx.settings
+    n = max(s.search_candidates, k)
+    with proj.lock:
+        position = proj.position
+        channels = _channels(ctx, proj, qvec, terms, n, k, weights)
+    if s.fusion == "rrf":
+        relevance = ranking.fuse({k: list(v) for k, v in channels.items()}, weights, s.rrf_k)
+    else:
+        relevance = ranking.fuse_scores(channels, weights)
+    return _Plan(position, channels, ranking.backfill(relevance, channels["dense"], k))
+
+
+def _channels(
+    ctx: WorkerContext,
+    proj: Projection,
     qvec: npt.NDArray[np.float32],
     terms: list[str],
     n: int,
     k: int,
     weights: dict[str, float],
-    prefetched: Prefetched | None,
 ) -> dict[str, dict[str, float]]:
     """Each channel's candidates, best first, with their scores (cosine, BM25). The dense
     channel is also read when its weight is 0 but the lexical one found fewer than k notes
-    (no shared word: a paraphrase), to backfill the hits."""
-    proj = ctx.projection(ns)
-    with proj.lock:
-        catch_up(ctx, proj, prefetched)
-        hits: list[tuple[int, float]] = []
-        if weights["lexical"] > 0:
-            s = ctx.settings
-            query = proj.lexical.expand(
-                terms, s.feedback_docs, s.feedback_terms, weights["feedback"]
-            )
-            hits = proj.lexical.search_weighted(query, n)
-        lexical = {proj.ids[seq]: score for seq, score in hits if seq in proj.ids}
-        size = len(proj.index)
-        dense: dict[str, float] = {}
-        backfill = weights["lexical"] > 0 and len(lexical) < k
-        if size and (weights["dense"] > 0 or backfill):
-            scores, seqs = proj.index.search(qvec, min(n, size))
-            dense = {
-                proj.ids[int(q)]: float(v)
-                for v, q in zip(scores[0], seqs[0], strict=True)
-                if q >= 0 and int(q) in proj.ids
-            }
+    (no shared word: a paraphrase), to backfill the hits. The caller holds ``proj.lock``."""
+    hits: list[tuple[int, float]] = []
+    if weights["lexical"] > 0:
+        s = ctx.settings
+        query = proj.lexical.expand(terms, s.feedback_docs, s.feedback_terms, weights["feedback"])
+        hits = proj.lexical.search_weighted(query, n)
+    lexical = {proj.ids[seq]: score for seq, score in hits if seq in proj.ids}
+    size = len(proj.index)
+    dense: dict[str, float] = {}
+    backfill = weights["lexical"] > 0 and len(lexical) < k
+    if size and (weights["dense"] > 0 or backfill):
+        scores, seqs = proj.index.search(qvec, min(n, size))
+        dense = {
+            proj.ids[int(q)]: float(v)
+            for v, q in zip(scores[0], seqs[0], strict=True)
+            if q >= 0 and int(q) in proj.ids
+        }
     return {"dense": dense, "lexical": lexical}
+
+
+def _queue_fetch(
+    pipe: BulkPipeline,
+    ctx: WorkerContext,
+    ns: str,
+    plan: _Plan,
+    job: SearchJob,
+    weights: dict[str, float],
+    filters: dict[str, Any],
+) -> Callable[[list[Any]], dict[str, Cand]]:
+    """Queue the read of the plan's candidates: ranking fields, and links for the best
+    ``EXPAND_SEEDS`` (a hop's seeds), or for all when the connection boost needs them. The
+    decoder returns the active candidates that pass the filters, with their channel scores."""
+    relevance, channels = plan.relevance, plan.channels
+    cands = [Cand(nid, ns, 0, {}) for nid in relevance]
+    linked: list[Cand] = []
+    if ctx.settings.boost_scale > 0:
+        linked = cands
+    elif job.hops and weights["graph"] > 0:
+        linked = sorted(cands, key=lambda c: -relevance[c.id])[:EXPAND_SEEDS]
+    active = cands_.queue_rank_fields(pipe, ctx, cands, "metadata" in filters)
+    links = cands_.queue_links(pipe, ctx, linked)
+
+    def decoder(replies: list[Any]) -> dict[str, Cand]:
+        links(replies)
+        pool = {c.id: c for c in active(replies) if cands_.passes(c, filters)}
+        for c in pool.values():
+            c.relevance = relevance[c.id]
+            c.lexical = channels["lexical"].get(c.id, 0.0)
+            c.similarity = channels["dense"].get(c.id, 0.0)
+        return pool
+
+    return decoder
+
+
+def _seeds(pool: dict[str, Cand], hop: int) -> list[Cand]:
+    """The best notes reached at the hop before ``hop``: they spread relevance at ``hop``."""
+    seeds = sorted((c for c in pool.values() if c.hop == hop - 1), key=lambda c: -c.relevance)
+    return seeds[:EXPAND_SEEDS]
+
+
+def _newcomers(pool: dict[str, Cand], flow: dict[str, float], k: int) -> list[str]:
+    """Neighbours not yet seen whose flow could carry them near the top k (others cannot make
+    the cut)."""
+    ranked = sorted((c.relevance for c in pool.values()), reverse=True)
+    bar = PRUNE_SHARE * ranked[k - 1] if len(ranked) >= k else 0.0
+    return [nid for nid, value in flow.items() if nid not in pool and value >= bar]
 
 
 def _expand(
@@ -213,23 +299,97 @@ def _expand(
     k: int,
 ) -> None:
     """Spread relevance from the best notes along their links; fetch the neighbours not yet
-    seen whose flow could carry them near the top k (others cannot make the cut)."""
+    seen whose flow could carry them near the top k."""
     if graph_weight <= 0:
         return
-    seeds = sorted((c for c in pool.values() if c.hop == hop - 1), key=lambda c: -c.relevance)
-    seeds = seeds[:EXPAND_SEEDS]
+    seeds = _seeds(pool, hop)
     cands_.load_links(ctx, seeds)
-    links = {c.id: c.links or {} for c in seeds}
-    flow = ranking.spread({c.id: c.relevance for c in seeds}, links, graph_weight)
-    ranked = sorted((c.relevance for c in pool.values()), reverse=True)
-    bar = PRUNE_SHARE * ranked[k - 1] if len(ranked) >= k else 0.0
-    new = [nid for nid, value in flow.items() if nid not in pool and value >= bar]
+    flow = ranking.spread({c.id: c.relevance for c in seeds}, _links(seeds), graph_weight)
+    new = _newcomers(pool, flow, k)
     for c in cands_.fetch(ctx, ns, new, hop, "metadata" in filters, set(new)):
         if cands_.passes(c, filters):
             pool[c.id] = c
     for nid, extra in flow.items():
         if nid in pool:
             pool[nid].relevance += extra
+
+
+def _links(cands: list[Cand]) -> dict[str, dict[str, float]]:
+    return {c.id: c.links or {} for c in cands}
+
+
+def _last_hop(
+    ctx: WorkerContext,
+    pools: dict[str, dict[str, Cand]],
+    hop: int,
+    filters: dict[str, Any],
+    graph_weight: float,
+    k: int,
+    width: int,
+    now: float,
+    at: float,
+    qvec: npt.NDArray[np.float32],
+) -> list[Cand]:
+    """Every candidate scored and ranked after the last hop's spreading (none for ``hop`` 0),
+    with what a hit needs read for the best ``width`` in the same round trip as the hop's new
+    neighbours.
+
+    Spreading only adds the seeds' flow to the candidates already seen, so their final scores
+    are known before the neighbours are read; a neighbour is read only when its flow times the
+    largest composite factors could reach the ``width``-th of those scores, and then read in
+    full (ranking fields, links and hit fields), as it may be returned."""
+    s = ctx.settings
+    half_life_s = s.recency_half_life_days * 86_400
+    flows = _spread(ctx, pools, hop, graph_weight, k) if hop > 0 and graph_weight > 0 else {}
+    ranked = [c for pool in pools.values() for c in pool.values()]
+    for c in ranked:
+        cands_.score(c, now, half_life_s, s.boost_scale)
+    ranked.sort(key=_order(at))
+    floor = 0.0
+    if len(ranked) >= width and not cands_.superseded(ranked[width - 1], at):
+        floor = ranked[width - 1].score
+    neighbours = [
+        Cand(nid, ns, hop, {}, relevance=value)
+        for ns, flow in flows.items()
+        for nid, value in flow.items()
+        if ranking.score_ceiling(value, s.boost_scale) >= floor
+    ]
+    pipe = BulkPipeline(ctx.redis)
+    active = cands_.queue_rank_fields(pipe, ctx, neighbours, "metadata" in filters)
+    hit_fields = cands_.queue_hit_fields(
+        pipe, ctx, [*ranked[:width], *neighbours], qvec, ctx.embedder.name
+    )
+    replies = pipe.execute() if len(pipe) else []
+    joined = [c for c in active(replies) if cands_.passes(c, filters)]
+    hit_fields(replies)
+    for c in joined:
+        pools[c.ns][c.id] = c
+        cands_.score(c, now, half_life_s, s.boost_scale)
+    return sorted([*ranked, *joined], key=_order(at))
+
+
+def _spread(
+    ctx: WorkerContext, pools: dict[str, dict[str, Cand]], hop: int, graph_weight: float, k: int
+) -> dict[str, dict[str, float]]:
+    """Spread relevance from each namespace's best notes along their links (adding it to the
+    candidates already seen); the flow to the neighbours not yet seen that could come near the
+    top k, per namespace."""
+    seeds = {ns: _seeds(pool, hop) for ns, pool in pools.items()}
+    cands_.load_links(ctx, [c for group in seeds.values() for c in group])
+    news: dict[str, dict[str, float]] = {}
+    for ns, pool in pools.items():
+        relevance = {c.id: c.relevance for c in seeds[ns]}
+        flow = ranking.spread(relevance, _links(seeds[ns]), graph_weight)
+        news[ns] = {nid: flow[nid] for nid in _newcomers(pool, flow, k)}
+        for nid, extra in flow.items():
+            if nid in pool:
+                pool[nid].relevance += extra
+    return news
+
+
+def _order(at: float) -> Callable[[Cand], tuple[bool, float, str, str]]:
+    """Ranking order: notes still valid at ``at`` first, then by score (ties by namespace, id)."""
+    return lambda c: (cands_.superseded(c, at), -c.score, c.ns, c.id)
 
 
 def _diversify(ranked: list[Cand], k: int, diversity: float) -> list[Cand]:
