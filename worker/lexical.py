@@ -42,10 +42,18 @@ def analyze(text: str) -> list[str]:
     return [stem(w) for w in tokenize(text) if w not in STOPWORDS and len(w) > 1]
 
 
-def _top(totals: Floats, k: int) -> list[tuple[int, float]]:
-    """The k best positive entries, best first, ties broken by the lower seq (deterministic even
-    at the k-th place)."""
-    hit = np.flatnonzero(totals > 0)
+def _top(seqs: Ints, totals: Floats, k: int, repeats: int) -> list[tuple[int, float]]:
+    """The k best positive totals of ``seqs``, best first, ties broken by the lower seq
+    (deterministic even at the k-th place). A seq appears up to ``repeats`` times in ``seqs``,
+    so only those whose total reaches the (k x repeats)-th largest of its entries can be among
+    the k best: fewer than k seqs have a higher total, and none appears more often."""
+    gathered = totals[seqs]
+    wide = k * repeats
+    if len(gathered) > wide:
+        floor = np.partition(gathered, len(gathered) - wide)[len(gathered) - wide]
+        seqs = seqs[gathered >= floor]
+    hit = np.unique(seqs)
+    hit = hit[totals[hit] > 0]
     if len(hit) > k:
         kth = np.partition(totals[hit], len(hit) - k)[len(hit) - k]
         hit = hit[totals[hit] >= kth]
@@ -57,7 +65,8 @@ class LexicalIndex:
     """Postings (term -> seq -> tf) with document lengths; add/remove by seq.
 
     Scoring is vectorised: each term's posting is also kept as numpy arrays (seqs, tfs,
-    lengths), rebuilt lazily after the term's posting changes."""
+    lengths), rebuilt lazily after the term's posting changes, with its BM25 weights (before
+    IDF) for the average document length they were last computed at."""
 
     def __init__(self, k1: float = K1, b: float = B) -> None:
         self.k1 = k1
@@ -67,7 +76,7 @@ class LexicalIndex:
         self.lengths: dict[int, int] = {}
         self.total_len = 0
         self._arrays: dict[str, tuple[Ints, Floats, Floats]] = {}
-        self._bound = 0  #: above every seq ever added: the size of the score accumulator
+        self._weights: dict[str, tuple[float, Floats]] = {}  #: term -> (avgdl, BM25 weights)
 
     def __len__(self) -> int:
         return len(self.docs)
@@ -77,12 +86,12 @@ class LexicalIndex:
         self.remove(seq)
         counts = dict(Counter(terms))
         self.docs[seq] = counts
-        self._bound = max(self._bound, seq + 1)
         self.lengths[seq] = sum(counts.values())
         self.total_len += self.lengths[seq]
         for term, tf in counts.items():
             self.postings.setdefault(term, {})[seq] = tf
             self._arrays.pop(term, None)
+            self._weights.pop(term, None)
 
     def remove(self, seq: int) -> None:
         counts = self.docs.pop(seq, None)
@@ -93,6 +102,7 @@ class LexicalIndex:
             posting = self.postings[term]
             del posting[seq]
             self._arrays.pop(term, None)
+            self._weights.pop(term, None)
             if not posting:
                 del self.postings[term]
 
@@ -113,13 +123,26 @@ class LexicalIndex:
         if not terms or k <= 0:
             return []
         avgdl = max(self.total_len / len(self.docs), 1.0)
-        k1, b = self.k1, self.b
-        totals = np.zeros(self._bound, dtype=np.float64)  # seqs index a dense accumulator
+        seqs: list[Ints] = []
+        scores: list[Floats] = []
         for term, weight in terms:
-            seqs, tfs, lens = self._posting_arrays(term)
-            norm = tfs + k1 * (1 - b + b * lens / avgdl)
-            totals[seqs] += self.idf(term) * weight * tfs * (k1 + 1) / norm
-        return _top(totals, k)
+            posting, bm25 = self._term_weights(term, avgdl)
+            seqs.append(posting)
+            scores.append(bm25 * (self.idf(term) * weight))
+        every = np.concatenate(seqs)
+        # each seq's scores summed in query order (weighted bincount gives floats)
+        totals = np.asarray(np.bincount(every, weights=np.concatenate(scores)), dtype=np.float64)
+        return _top(every, totals, k, len(terms))
+
+    def _term_weights(self, term: str, avgdl: float) -> tuple[Ints, Floats]:
+        """The term's posting seqs and their BM25 weights before IDF at this ``avgdl``."""
+        seqs, tfs, lens = self._posting_arrays(term)
+        cached = self._weights.get(term)
+        if cached is None or cached[0] != avgdl:
+            k1, b = self.k1, self.b
+            bm25 = tfs * (k1 + 1) / (tfs + k1 * (1 - b + b * lens / avgdl))
+            cached = self._weights[term] = (avgdl, bm25)
+        return seqs, cached[1]
 
     def _posting_arrays(self, term: str) -> tuple[Ints, Floats, Floats]:
         arrays = self._arrays.get(term)

@@ -78,3 +78,34 @@ def test_stemming_is_safe_from_many_threads():
     with ThreadPoolExecutor(8) as pool:
         out = list(pool.map(stem, words))
     assert out[:10] == expected
+
+
+def test_weighted_search_matches_bm25_summed_note_by_note():
+    """Many terms over many notes, with ties: the k best are exactly those a plain per-note
+    BM25 sum ranks best (ties by the lower seq), however often a note repeats in the postings."""
+    import math
+    import random
+
+    rng = random.Random(5)
+    vocab = [f"w{i}" for i in range(30)]
+    index = LexicalIndex()
+    for seq in range(400):
+        index.add(seq, rng.choices(vocab[: rng.randint(3, 30)], k=rng.randint(1, 12)))
+    index.add(400, [t for t, n in index.docs[7].items() for _ in range(n)])  # ties note 7
+    avgdl = index.total_len / len(index)
+    for _ in range(20):
+        query = {t: rng.choice((1.0, 0.3, 0.05)) for t in rng.sample(vocab, rng.randint(1, 12))}
+        k = rng.choice((1, 3, 10, 50))
+        expected: dict[int, float] = {}
+        for seq, counts in index.docs.items():
+            total = 0.0
+            for term, weight in query.items():
+                tf = counts.get(term, 0)
+                norm = tf + index.k1 * (1 - index.b + index.b * index.lengths[seq] / avgdl)
+                total += index.idf(term) * weight * tf * (index.k1 + 1) / norm
+            if total > 0:
+                expected[seq] = total
+        best = sorted(expected, key=lambda seq: (-round(expected[seq], 9), seq))[:k]
+        got = index.search_weighted(query, k)
+        assert [seq for seq, _ in got] == best
+        assert all(math.isclose(total, expected[seq]) for seq, total in got)
