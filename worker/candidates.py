@@ -37,7 +37,7 @@ LINKS_SCAN = 10_000
 HIT_FIELDS = ("content", "keywords", "metadata", "superseded_by", "vec")
 
 
-@dataclass
+@dataclass(slots=True)
 class Cand:
     id: str
     ns: str
@@ -50,11 +50,7 @@ class Cand:
     lexical: float = 0.0  #: BM25 score
     relevance: float = 0.0  #: fused channels plus graph spread
     parts: ranking.Parts | None = field(default=None, repr=False)
-
-    @property
-    def score(self) -> float:
-        assert self.parts is not None, "scored before use"
-        return self.parts.score
+    score: float = 0.0  #: the composite score, set with ``parts`` by ``score()``
 
 
 #: Decodes a queued read from the replies of the pipeline it was queued on.
@@ -228,7 +224,7 @@ def superseded(c: Cand, at: float) -> bool:
 
 def score(c: Cand, now: float, half_life_s: float, boost_scale: float) -> None:
     f = c.fields
-    c.parts = ranking.score_parts(
+    c.parts = parts = ranking.score_parts(
         c.relevance,
         float(f.get("importance", 0.5)),
         float(f.get("last_access", 0.0)),
@@ -238,6 +234,7 @@ def score(c: Cand, now: float, half_life_s: float, boost_scale: float) -> None:
         half_life_s=half_life_s,
         boost_scale=boost_scale,
     )
+    c.score = parts.score
 
 
 def to_hit(c: Cand) -> Hit:

@@ -24,7 +24,7 @@ MAX_BOOST = 1.5  #: the most a note's links can multiply its score by
 BACKFILL_SHARE = 0.5  #: a backfilled note's relevance: at most this share of the weakest fused one
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class Parts:
     relevance: float
     importance: float
@@ -132,6 +132,8 @@ def recency(now: float, last_access: float, created_at: float, half_life_s: floa
 
 
 def connection_boost(links: Mapping[str, float], scale: float = BOOST_SCALE) -> float:
+    if scale == 0:
+        return 1.0
     return min(1.0 + scale * math.log1p(sum(max(w, 0.0) for w in links.values())), MAX_BOOST)
 
 

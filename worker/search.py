@@ -3,6 +3,7 @@ links, rank with the composite score, reinforce what is returned; render context
 
 from __future__ import annotations
 
+import bisect
 import html
 import logging
 import time
@@ -365,7 +366,8 @@ def _last_hop(
     for c in joined:
         pools[c.ns][c.id] = c
         cands_.score(c, now, half_life_s, s.boost_scale)
-    return sorted([*ranked, *joined], key=_order(at))
+        bisect.insort(ranked, c, key=_order(at))
+    return ranked
 
 
 def _spread(

@@ -18,6 +18,7 @@ from producer.core import redis_kwargs
 from producer.errors import ProtocolError
 from producer.protocol import Reply, SearchJob, pack, unpack
 from worker import search
+from worker.bulk import BulkPipeline
 from worker.context import WorkerContext
 from worker.signing import SignatureRejected, check_signature
 
@@ -48,7 +49,7 @@ def serve_once(ctx: WorkerContext, conn: Redis, timeout_s: float = POLL_S) -> bo
         log.exception("search job_id=%s failed", job.job_id)
         reply = Reply(job_id=job.job_id, ok=False, error=f"worker error: {exc!r}")
     if reply is not None:
-        pipe = ctx.redis.pipeline(transaction=False)
+        pipe = BulkPipeline(ctx.redis)
         pipe.lpush(ctx.keys.reply(job.job_id), pack(reply))
         pipe.expire(ctx.keys.reply(job.job_id), ctx.settings.result_ttl_s)
         search.touch(pipe, ctx.keys, reply.hits, time.time())
