@@ -27,6 +27,11 @@ class BulkPipeline(Pipeline):  # type: ignore[misc]  # redis-py's Pipeline is un
     def __init__(self, r: Redis) -> None:
         super().__init__(r.connection_pool, r.response_callbacks, False, None)
 
+    def queue(self, *args: Any) -> None:
+        """Queue one command given as its arguments (``queue("HMGET", key, *names)``), past
+        redis-py's command method: about 1 us less per command, for a search's read loops."""
+        self.command_stack.append((args, {}))
+
     def _execute_pipeline(
         self, connection: Connection, commands: Commands, raise_on_error: bool
     ) -> list[Any]:

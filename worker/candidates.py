@@ -83,7 +83,7 @@ def queue_rank_fields(
     names = [*RANK_FIELDS, "metadata"] if with_metadata else list(RANK_FIELDS)
     start = len(pipe)
     for c in cands:
-        pipe.hmget(ctx.keys.note(c.ns, c.id), names)
+        pipe.queue("HMGET", ctx.keys.note(c.ns, c.id), *names)
 
     def decoder(replies: list[Any]) -> list[Cand]:
         out = []
@@ -108,7 +108,7 @@ def queue_links(pipe: BulkPipeline, ctx: WorkerContext, cands: Iterable[Cand]) -
     todo = [c for c in cands if c.links is None]
     start = len(pipe)
     for c in todo:
-        pipe.zscan(ctx.keys.links(c.ns, c.id), 0, count=LINKS_SCAN)
+        pipe.queue("ZSCAN", ctx.keys.links(c.ns, c.id), 0, "COUNT", LINKS_SCAN)
 
     def decoder(replies: list[Any]) -> None:
         for c, (cursor, row) in zip(todo, replies[start : start + len(todo)], strict=True):
@@ -144,11 +144,11 @@ def queue_hit_fields(
     unlabelled = [c for c in cands if c.labels is None]
     start = len(pipe)
     for c in bare:
-        pipe.hmget(ctx.keys.note(c.ns, c.id), HIT_FIELDS)
+        pipe.queue("HMGET", ctx.keys.note(c.ns, c.id), *HIT_FIELDS)
     links = queue_links(pipe, ctx, cands)
     metas_at = len(pipe)
     for c in unlabelled:
-        pipe.hgetall(ctx.keys.linkmeta(c.ns, c.id))
+        pipe.queue("HGETALL", ctx.keys.linkmeta(c.ns, c.id))
 
     def decoder(replies: list[Any]) -> None:
         for c, raw in zip(bare, replies[start : start + len(bare)], strict=True):
