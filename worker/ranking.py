@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from typing import NamedTuple
 
 import numpy as np
 import numpy.typing as npt
@@ -24,8 +24,7 @@ MAX_BOOST = 1.5  #: the most a note's links can multiply its score by
 BACKFILL_SHARE = 0.5  #: a backfilled note's relevance: at most this share of the weakest fused one
 
 
-@dataclass(frozen=True, slots=True)
-class Parts:
+class Parts(NamedTuple):  # a tuple: built for every candidate of every search
     relevance: float
     importance: float
     recency: float
