@@ -238,3 +238,39 @@ def test_key_prefixes_isolate_deployments(tmp_path, redis_db):
         c1.store("only in one", namespace="shared")
         assert c1.stats("shared").pending == 1
         assert c2.stats("shared").pending == 0
+
+
+def test_a_settled_search_reads_in_two_round_trips_yet_sees_another_workers_commits(
+    client, ctx, settings, monkeypatch
+):
+    """While its projection is caught up, a search draws candidates before reading the change
+    log and reads them with it (round trip 1), then the hits' fields (round trip 2); a commit
+    by another worker in between still shows, as that read finds it."""
+    from redis.connection import Connection
+
+    from producer.core import ClientCore
+    from worker import search
+
+    other = WorkerContext.build(settings)  # another worker process: it ingests, ctx searches
+    core = ClientCore(settings)
+
+    def ask(query: str) -> list[str]:
+        job = core.search_job("search", "rt", query=query, k=5, timeout_s=5.0)
+        reply = search.handle(ctx, job)
+        assert reply is not None and reply.ok
+        return [h.id for h in reply.hits]
+
+    first = client.store("the staging database is Postgres 16", namespace="rt")
+    drain_all(other)
+    assert ask("staging database") == [first]  # opens and settles ctx's projection
+    sent = []
+    real = Connection.send_packed_command
+    monkeypatch.setattr(
+        Connection, "send_packed_command", lambda c, *a, **k: sent.append(1) or real(c, *a, **k)
+    )
+    assert ask("staging Postgres") == [first]
+    assert len(sent) == 2
+    second = client.store("the staging cache is Redis 7", namespace="rt")
+    drain_all(other)
+    assert ask("staging cache")[:1] == [second]
+    other.close()
