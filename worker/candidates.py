@@ -4,7 +4,7 @@ and for those that need a connection boost, content and vectors for the hits ret
 
 from __future__ import annotations
 
-from collections.abc import Callable, Collection, Iterable
+from collections.abc import Callable, Collection, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -18,23 +18,25 @@ from worker import ranking
 from worker.bulk import BulkPipeline, pairs, scored
 from worker.context import WorkerContext
 
-#: Fields every candidate needs to be filtered and ranked (small; no content, no vector).
-RANK_FIELDS = (
-    "status",
-    "importance",
-    "last_access",
-    "created_at",
+#: Fields every candidate needs to be ranked (small: no content, no vector).
+RANK_FIELDS = ("status", "importance", "last_access", "created_at", "valid_to")
+#: Fields the filters need besides those (read with them when a search filters).
+FILTER_FIELDS = ("kind", "agent", "tags", "event_time")
+#: A link set read with ZSCAN comes back whole while under this many links (see queue_links).
+LINKS_SCAN = 10_000
+#: Fields only the returned hits need (the vector last).
+HIT_FIELDS = (
+    "content",
+    "keywords",
+    "metadata",
+    "superseded_by",
     "kind",
     "agent",
     "tags",
     "event_time",
-    "valid_to",
     "embedder",
+    "vec",
 )
-#: A link set read with ZSCAN comes back whole while under this many links (see queue_links).
-LINKS_SCAN = 10_000
-#: Fields only the returned hits need.
-HIT_FIELDS = ("content", "keywords", "metadata", "superseded_by", "vec")
 
 
 @dataclass(slots=True)
@@ -62,14 +64,14 @@ def fetch(
     ns: str,
     ids: Iterable[str],
     hop: int,
-    with_metadata: bool,
+    filters: Mapping[str, Any],
     with_links: Collection[str] = (),
 ) -> list[Cand]:
     """Ranking fields of each id, and the links of those in ``with_links``, in one round trip;
     active notes only."""
     cands = [Cand(nid, ns, hop, {}) for nid in ids]
     pipe = BulkPipeline(ctx.redis)
-    active = queue_rank_fields(pipe, ctx, cands, with_metadata)
+    active = queue_rank_fields(pipe, ctx, cands, filters)
     links = queue_links(pipe, ctx, [c for c in cands if c.id in with_links])
     replies = pipe.execute() if len(pipe) else []
     links(replies)
@@ -77,10 +79,15 @@ def fetch(
 
 
 def queue_rank_fields(
-    pipe: BulkPipeline, ctx: WorkerContext, cands: list[Cand], with_metadata: bool
+    pipe: BulkPipeline, ctx: WorkerContext, cands: list[Cand], filters: Mapping[str, Any]
 ) -> Callable[[list[Any]], list[Cand]]:
-    """Queue the read of the candidates' ranking fields; its decoder returns the active ones."""
-    names = [*RANK_FIELDS, "metadata"] if with_metadata else list(RANK_FIELDS)
+    """Queue the read of the candidates' ranking fields, and of those the filters need; its
+    decoder returns the active candidates."""
+    names = list(RANK_FIELDS)
+    if filters:
+        names += FILTER_FIELDS
+    if "metadata" in filters:
+        names.append("metadata")
     start = len(pipe)
     for c in cands:
         pipe.queue("HMGET", ctx.keys.note(c.ns, c.id), *names)

@@ -261,7 +261,7 @@ def _queue_fetch(
         linked = cands
     elif job.hops and weights["graph"] > 0:
         linked = sorted(cands, key=lambda c: -relevance[c.id])[:EXPAND_SEEDS]
-    active = cands_.queue_rank_fields(pipe, ctx, cands, "metadata" in filters)
+    active = cands_.queue_rank_fields(pipe, ctx, cands, filters)
     links = cands_.queue_links(pipe, ctx, linked)
 
     def decoder(replies: list[Any]) -> dict[str, Cand]:
@@ -307,7 +307,7 @@ def _expand(
     cands_.load_links(ctx, seeds)
     flow = ranking.spread({c.id: c.relevance for c in seeds}, _links(seeds), graph_weight)
     new = _newcomers(pool, flow, k)
-    for c in cands_.fetch(ctx, ns, new, hop, "metadata" in filters, set(new)):
+    for c in cands_.fetch(ctx, ns, new, hop, filters, set(new)):
         if cands_.passes(c, filters):
             pool[c.id] = c
     for nid, extra in flow.items():
@@ -356,7 +356,7 @@ def _last_hop(
         if ranking.score_ceiling(value, s.boost_scale) >= floor
     ]
     pipe = BulkPipeline(ctx.redis)
-    active = cands_.queue_rank_fields(pipe, ctx, neighbours, "metadata" in filters)
+    active = cands_.queue_rank_fields(pipe, ctx, neighbours, filters)
     hit_fields = cands_.queue_hit_fields(
         pipe, ctx, [*ranked[:width], *neighbours], qvec, ctx.embedder.name
     )
