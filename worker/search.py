@@ -14,7 +14,6 @@ from typing import Any
 
 import numpy as np
 import numpy.typing as npt
-from redis.client import Pipeline
 
 from producer.keys import Keys
 from producer.protocol import Hit, Reply, SearchJob
@@ -403,13 +402,13 @@ def _diversify(ranked: list[Cand], k: int, diversity: float) -> list[Cand]:
     return [ranked[i] for i in ranking.mmr(scores, np.vstack(vecs), k, 1.0 - diversity)]
 
 
-def touch(pipe: Pipeline, keys: Keys, hits: list[Hit], now: float) -> None:
+def touch(pipe: BulkPipeline, keys: Keys, hits: list[Hit], now: float) -> None:
     """Reinforce what was returned: access_count + 1 and last_access = now (atomic HINCRBY);
     queued on the reply's pipeline so it costs the caller no extra round trip."""
     for h in hits:
         key = keys.note(h.namespace, h.id)
-        pipe.hincrby(key, "access_count", 1)
-        pipe.hset(key, "last_access", now)
+        pipe.queue("HINCRBY", key, "access_count", 1)
+        pipe.queue("HSET", key, "last_access", now)
 
 
 CONTEXT_HEADER = (
