@@ -77,6 +77,7 @@ class LexicalIndex:
         self.total_len = 0
         self._arrays: dict[str, tuple[Ints, Floats, Floats]] = {}
         self._weights: dict[str, tuple[float, Floats]] = {}  #: term -> (avgdl, BM25 weights)
+        self._lengths: Floats = np.zeros(0)  #: seq -> document length, for building arrays
 
     def __len__(self) -> int:
         return len(self.docs)
@@ -86,8 +87,13 @@ class LexicalIndex:
         self.remove(seq)
         counts = dict(Counter(terms))
         self.docs[seq] = counts
-        self.lengths[seq] = sum(counts.values())
-        self.total_len += self.lengths[seq]
+        self.lengths[seq] = length = sum(counts.values())
+        self.total_len += length
+        if seq >= len(self._lengths):
+            grown = np.zeros(max(seq + 1, 2 * len(self._lengths)))
+            grown[: len(self._lengths)] = self._lengths
+            self._lengths = grown
+        self._lengths[seq] = length
         for term, tf in counts.items():
             self.postings.setdefault(term, {})[seq] = tf
             self._arrays.pop(term, None)
@@ -150,9 +156,7 @@ class LexicalIndex:
             posting = self.postings[term]
             seqs = np.fromiter(posting.keys(), dtype=np.int64, count=len(posting))
             tfs = np.fromiter(posting.values(), dtype=np.float64, count=len(posting))
-            lengths = self.lengths
-            lens = np.fromiter((lengths[s] for s in posting), dtype=np.float64, count=len(posting))
-            arrays = self._arrays[term] = (seqs, tfs, lens)
+            arrays = self._arrays[term] = (seqs, tfs, self._lengths[seqs])
         return arrays
 
     def expand(
