@@ -183,9 +183,8 @@ def _first_stage(
             catch_up(ctx, p, None if waited else (positions[p.ns], entries))
         plan = _plan(ctx, p, qvec, terms, job.k, weights)
         fetches[p.ns] = _queue_fetch(later, ctx, p.ns, plan, job, weights, filters)
-    if len(later):
-        replies = later.execute()
-        pools.update({ns: fetches[ns](replies) for ns in fetches if ns not in pools})
+    replies = later.execute() if len(later) else []
+    pools.update({ns: fetches[ns](replies) for ns in fetches if ns not in pools})
     return {ns: pools[ns] for ns in job.namespaces}
 
 

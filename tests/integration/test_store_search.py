@@ -274,3 +274,8 @@ def test_a_settled_search_reads_in_two_round_trips_yet_sees_another_workers_comm
     drain_all(other)
     assert ask("staging cache")[:1] == [second]
     other.close()
+
+
+def test_searching_a_namespace_with_no_notes_finds_nothing(client, server):
+    assert client.search("anything at all", namespace="nothing-here") == []
+    assert client.search("anything at all", namespace="nothing-here", fresh=False) == []
