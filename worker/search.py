@@ -233,9 +233,9 @@ def _channels(
     if size and (weights["dense"] > 0 or backfill):
         scores, seqs = proj.index.search(qvec, min(n, size))
         dense = {
-            proj.ids[int(q)]: float(v)
-            for v, q in zip(scores[0], seqs[0], strict=True)
-            if q >= 0 and int(q) in proj.ids
+            proj.ids[q]: v
+            for v, q in zip(scores[0].tolist(), seqs[0].tolist(), strict=True)
+            if q >= 0 and q in proj.ids
         }
     return {"dense": dense, "lexical": lexical}
 
