@@ -99,10 +99,12 @@ def _new_index(ctx: WorkerContext) -> VectorIndex:
     s = ctx.settings
     return VectorIndex(
         ctx.embedder.dim,
-        hnsw_threshold=s.hnsw_threshold,
+        ann_threshold=s.ann_threshold,
+        ann=s.ann_index,
         hnsw_m=s.hnsw_m,
         ef_search=s.hnsw_ef_search,
         ef_construction=s.hnsw_ef_construction,
+        nprobe=s.ivf_nprobe,
     )
 
 
@@ -253,6 +255,11 @@ def _load_snapshot(ctx: WorkerContext, ns: str) -> Projection | None:
     expected = (SNAPSHOT_FORMAT, ns, ctx.embedder.name)
     if (side.get("format"), side.get("ns"), side.get("embedder")) != expected:
         return None
+    s = ctx.settings
+    if (index.ann, index.ann_threshold) != (s.ann_index, s.ann_threshold):
+        log.info("snapshot of ns=%s has other index settings; rebuilding from Redis", ns)
+        return None
+    index.nprobe, index.ef_search = s.ivf_nprobe, s.hnsw_ef_search
     proj = Projection(ns, index, _new_lexical(ctx))
     proj.ids = {int(s): nid for s, nid in side["ids"]}
     proj.keywords = {int(s): frozenset(k) for s, k in side["keywords"]}
