@@ -152,6 +152,9 @@ class WorkerSettings(ProducerSettings):
     #: Evolution of the neighbours a new note links to: "off" (the default), "propose" (each
     #: change waits for accept or reject) or "apply" (each change is made at once, revertible).
     evolution: Literal["off", "propose", "apply"] = "off"
+    #: Settled proposals (applied, rejected, reverted) are deleted this many days after they
+    #: were made (0 = kept for ever); pending ones wait for review whatever their age.
+    proposal_retention_days: float = Field(default=30.0, ge=0)
 
     #: Supersession: detect notes that a newer note updates (heuristic at ingest and in
     #: supersede_namespace; the LLM judge there too when llm_url is set), the cosine a pair
