@@ -65,12 +65,14 @@ def judge(
     to ``min_shared``."""
     accepted: list[Link] = []
     seen: set[str] = set()
-    for cand in sorted(candidates, key=lambda c: -c.similarity):
+    near = [c for c in candidates if c.similarity >= threshold]
+    for cand in sorted(near, key=lambda c: -c.similarity):
         if len(accepted) >= max_links:
             break
-        if cand.note_id == new_id or cand.note_id in seen or cand.similarity < threshold:
+        if cand.note_id == new_id or cand.note_id in seen:
             continue
-        shared = sorted(new_keywords & cand.keywords, key=lambda kw: (-rarity(kw), kw))
+        common = new_keywords & cand.keywords
+        shared = sorted(common, key=lambda kw: (-rarity(kw), kw)) if common else []
         evidence = bool(shared) and sum(rarity(kw) for kw in shared) >= min_shared
         if not evidence and cand.similarity < threshold + STRONG_MARGIN:
             continue
@@ -88,19 +90,23 @@ def batch_candidates(
     keywords: Sequence[frozenset[str]],
     k: int,
 ) -> list[list[Candidate]]:
-    """For each note of a batch, its k most similar *earlier* notes of the same batch."""
-    if len(ids) < 2 or k == 0:
+    """For each note of a batch, its k most similar *earlier* notes of the same batch, most
+    similar first (ties: the earlier note first)."""
+    n = len(ids)
+    if n < 2 or k == 0:
         return [[] for _ in ids]
     sims = vecs @ vecs.T
-    out: list[list[Candidate]] = []
-    for i in range(len(ids)):
-        if i == 0:
-            out.append([])
-            continue
-        row = sims[i, :i]
-        top = np.argsort(-row)[:k]
-        out.append([Candidate(ids[j], float(row[j]), keywords[j]) for j in top])
-    return out
+    sims[np.triu_indices(n)] = -np.inf  # a note's candidates come before it
+    width = min(k, n - 1)
+    top = np.argpartition(-sims, width - 1, axis=1)[:, :width]
+    vals = np.take_along_axis(sims, top, axis=1)
+    order = np.lexsort((top, -vals), axis=1)
+    rows = np.take_along_axis(top, order, axis=1).tolist()
+    scores = np.take_along_axis(vals, order, axis=1).tolist()
+    return [
+        [Candidate(ids[j], v, keywords[j]) for j, v in zip(rows[i][:i], scores[i][:i], strict=True)]
+        for i in range(n)
+    ]
 
 
 def dedupe_links(links: Sequence[Link]) -> list[Link]:
