@@ -16,6 +16,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
+from typing import NamedTuple
 
 import numpy as np
 import numpy.typing as npt
@@ -29,17 +30,16 @@ RELATIONS = ("related", "supports", "elaborates", "contradicts", "updates", "exa
 SEQUENCE = "sequence"  #: label and reason of a Folgezettel link
 
 
-@dataclass(frozen=True)
-class Candidate:
-    """An existing or same-batch note a new note might link to."""
+class Candidate(NamedTuple):
+    """An existing or same-batch note a new note might link to. (Tuples: a batch makes tens of
+    thousands of candidates and links.)"""
 
     note_id: str
     similarity: float
     keywords: frozenset[str]
 
 
-@dataclass(frozen=True)
-class Link:
+class Link(NamedTuple):
     """A proposed undirected link ``a`` - ``b``; an empty ``source`` is the writer's default."""
 
     a: str
@@ -72,14 +72,14 @@ def judge(
         if cand.note_id == new_id or cand.note_id in seen:
             continue
         common = new_keywords & cand.keywords
-        shared = sorted(common, key=lambda kw: (-rarity(kw), kw)) if common else []
-        evidence = bool(shared) and sum(rarity(kw) for kw in shared) >= min_shared
+        shared = sorted([(-rarity(kw), kw) for kw in common]) if common else []  # rarest first
+        evidence = bool(shared) and -sum(minus for minus, _ in shared) >= min_shared
         if not evidence and cand.similarity < threshold + STRONG_MARGIN:
             continue
         seen.add(cand.note_id)
         reason = f"cosine {cand.similarity:.2f}"
         if evidence:
-            reason += "; shared " + ", ".join(shared[:5])
+            reason += "; shared " + ", ".join(kw for _, kw in shared[:5])
         accepted.append(Link(new_id, cand.note_id, round(cand.similarity, 4), reason))
     return accepted
 
@@ -177,7 +177,8 @@ def cap_degree(
     if max_degree <= 0:
         return list(new), []
     dropped: set[tuple[str, str]] = set()
-    for nid in sorted(adj):
+    # Dropping only shrinks notes: those under the cap now stay under it.
+    for nid in sorted(nid for nid, nbs in adj.items() if len(nbs) > max_degree):
         nbs = adj[nid]
         while len(nbs) > max_degree:
             weakest = min(nbs, key=lambda nb: (nbs[nb], nb))
