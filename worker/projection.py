@@ -56,15 +56,17 @@ class Projection:
         ids: list[str],
         vecs: np.ndarray,
         keywords: list[frozenset[str]],
-        texts: list[str],
+        terms: list[list[str]],
     ) -> None:
+        """Index notes; ``terms`` are each note's BM25 terms (``lexical.analyze`` of its
+        content)."""
         if not seqs:
             return
         self.index.add(np.asarray(seqs, dtype=np.int64), np.ascontiguousarray(vecs, np.float32))
-        for seq, nid, kws, text in zip(seqs, ids, keywords, texts, strict=True):
+        for seq, nid, kws, words in zip(seqs, ids, keywords, terms, strict=True):
             self.ids[seq] = nid
             self.keywords[seq] = kws
-            self.lexical.add(seq, analyze(text))
+            self.lexical.add(seq, words)
 
     def remove(self, seqs: list[int]) -> None:
         if not seqs:
@@ -137,7 +139,7 @@ def _add_from_notes(ctx: WorkerContext, proj: Projection, members: list[tuple[st
     pipe = ctx.redis.pipeline(transaction=False)
     for nid, _ in members:
         pipe.hmget(ctx.keys.note(proj.ns, nid), fields)
-    seqs, ids, vecs, kws, texts, foreign = [], [], [], [], [], []
+    seqs, ids, vecs, kws, terms, foreign = [], [], [], [], [], []
     model = ctx.embedder.name.encode()
     for (nid, seq), row in zip(members, pipe.execute(), strict=True):
         vec, raw_kws, status, raw_seq, content, embedder = row
@@ -150,9 +152,9 @@ def _add_from_notes(ctx: WorkerContext, proj: Projection, members: list[tuple[st
         ids.append(nid)
         vecs.append(np.frombuffer(vec, dtype=np.float32))
         kws.append(frozenset(msgpack.unpackb(raw_kws) if raw_kws else ()))
-        texts.append(content.decode())
+        terms.append(analyze(content.decode()))
     if seqs:
-        proj.add(seqs, ids, np.vstack(vecs), kws, texts)
+        proj.add(seqs, ids, np.vstack(vecs), kws, terms)
     if foreign:
         proj.remove(foreign)
         log.warning(
