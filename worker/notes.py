@@ -22,26 +22,6 @@ from worker.linking import Link
 
 Fields = dict[bytes, bytes]  #: a note hash as HGETALL returns it
 
-#: Writes links on their ends, one command for a whole batch: KEYS are pairs (an end's links
-#: zset, its linkmeta hash); for each pair ARGV holds the number n of its links, then n triples
-#: (weight, neighbour, packed meta).
-WRITE_LINKS_LUA = """
-local at = 1
-for k = 1, #KEYS, 2 do
-    local n = tonumber(ARGV[at])
-    local weights, metas = {}, {}
-    for j = 0, n - 1 do
-        local p = at + 1 + 3 * j
-        weights[2 * j + 1], weights[2 * j + 2] = ARGV[p], ARGV[p + 1]
-        metas[2 * j + 1], metas[2 * j + 2] = ARGV[p + 1], ARGV[p + 2]
-    end
-    redis.call('ZADD', KEYS[k], unpack(weights))
-    redis.call('HSET', KEYS[k + 1], unpack(metas))
-    at = at + 1 + 3 * n
-end
-return #KEYS / 2
-"""
-LINKS_PER_CALL = 1_000  #: most links of one end per ZADD/HSET there (Lua's unpack limit)
 
 
 @dataclass
@@ -146,28 +126,24 @@ def read_change(fields: Mapping[bytes, bytes]) -> tuple[str, list[tuple[int, str
 
 def write_links(pipe: Pipeline, keys: Keys, ns: str, links: Iterable[Link], source: str) -> int:
     """Both directions of each link with reason, label and provenance (the link's own source,
-    else ``source``): one ZADD and one HSET per note touched, all in one script call (a batch
-    touches thousands of notes). Returns how many were written."""
+    else ``source``): one ZADD and one HSET per note touched (plain commands: a script doing the
+    same costs Redis about 60% more CPU per batch). Returns how many were written."""
     now = time.time()
-    ends: dict[str, list[Any]] = {}
+    weights: dict[str, dict[str, float]] = {}
+    metas: dict[str, dict[str, bytes]] = {}
     count = 0
     for link in links:
         meta = msgpack.packb(
             {"reason": link.reason, "label": link.label, "source": link.source or source, "at": now}
         )
-        ends.setdefault(link.a, []).extend((link.weight, link.b, meta))
-        ends.setdefault(link.b, []).extend((link.weight, link.a, meta))
+        weights.setdefault(link.a, {})[link.b] = link.weight
+        metas.setdefault(link.a, {})[link.b] = meta
+        weights.setdefault(link.b, {})[link.a] = link.weight
+        metas.setdefault(link.b, {})[link.a] = meta
         count += 1
-    names: list[str] = []
-    args: list[Any] = []
-    for nid, triples in ends.items():
-        for start in range(0, len(triples), 3 * LINKS_PER_CALL):
-            chunk = triples[start : start + 3 * LINKS_PER_CALL]
-            names += (keys.links(ns, nid), keys.linkmeta(ns, nid))
-            args.append(len(chunk) // 3)
-            args += chunk
-    if names:
-        pipe.eval(WRITE_LINKS_LUA, len(names), *names, *args)
+    for nid, nbs in weights.items():
+        pipe.zadd(keys.links(ns, nid), nbs)
+        pipe.hset(keys.linkmeta(ns, nid), mapping=metas[nid])
     return count
 
 

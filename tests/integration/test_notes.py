@@ -11,11 +11,9 @@ from worker.bulk import BulkTransaction, pairs
 from worker.linking import Link
 
 
-def test_write_links_writes_both_sides_of_more_links_than_one_call_carries(
-    redis_db: Redis,
-) -> None:
+def test_write_links_writes_both_sides_with_label_and_source(redis_db: Redis) -> None:
     keys = Keys("t")
-    count = notes.LINKS_PER_CALL * 2 + 5
+    count = 2_005
     links = [Link("hub", f"n{i}", 0.5, f"reason {i}") for i in range(count)]
     links.append(Link("n0", "n1", 0.25, "pair", "supports", "model:x"))
     pipe = BulkTransaction(redis_db)
