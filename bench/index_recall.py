@@ -1,13 +1,17 @@
-"""Measure VectorIndex HNSW recall@10 against the exact flat index, and single-query latency.
+"""Measure VectorIndex recall@10 of IVF and HNSW against the exact flat index, single-query
+latency, and what ingest pays per batch (insert 256 vectors, then find each one's 11 nearest).
 
-Run from the repo root: ``.venv/bin/python bench/index_recall.py`` (about a minute, one thread).
+Run from the repo root: ``PYTHONPATH=. .venv/bin/python bench/index_recall.py`` (a few minutes, one
+thread).
 
 Data: 256-d vectors around random cluster centres (a centre has norm about 16) with isotropic
 Gaussian noise, L2-normalised. Queries come from the same distribution and are not in the index.
 "tight" clusters give nearest neighbours at cosine ~0.6, like related notes; "diffuse" ones are
 close to uniform noise (top-1 cosine ~0.3), the hard case for any approximate index, and a
-pessimistic bound: real embeddings have a low intrinsic dimension. Latency is per single-query
-``VectorIndex.search`` call, including its input checks, as a worker sees it.
+pessimistic bound: real embeddings have a low intrinsic dimension. "notes" are the synthetic
+notes of ``foundation.py`` through the default hashing embedder (random words: top-1 cosine
+~0.35, as hard as "diffuse"). Latency is per single-query ``VectorIndex.search`` call, including
+its input checks, as a worker sees it.
 """
 
 from __future__ import annotations
@@ -19,7 +23,9 @@ import time
 import numpy as np
 import numpy.typing as npt
 
-from worker.index import VectorIndex
+from bench.foundation import Corpus
+from worker.embedding import HashingEmbedder
+from worker.index import Ann, VectorIndex
 
 log = logging.getLogger("bench.index_recall")
 
@@ -29,18 +35,18 @@ DIM = 256
 K = 10
 #: index sizes to measure
 SIZES = (10_000, 100_000)
-#: HNSW efSearch values to sweep
-EF_SEARCHES = (32, 64, 96, 128)
+#: HNSW efSearch and IVF nprobe values to sweep
+EF_SEARCHES = (32, 64, 128)
+NPROBES = (8, 16, 32, 64)
+#: vectors per ingest batch (ZQ_BATCH_SIZE) and link candidates looked up per note (ZQ_LINK_K + 1)
+BATCH, LINK_K = 256, 11
 #: queries used for recall, and the first few of them for latency
 N_QUERIES, N_TIMED = 1000, 300
 #: vectors per cluster
 CLUSTER_SIZE = 100
-#: per-dimension noise around a cluster centre, by data set name
+#: per-dimension noise around a cluster centre, by synthetic data set name
 NOISE = {"tight": 0.8, "diffuse": 2.5}
-#: fraction of the index removed (below the 20% compaction point) for the filtered-search row
-REMOVED_FRACTION = 0.15
-#: efSearch for the filtered-search row (the VectorIndex default)
-REMOVED_EF = 96
+DATA_SETS = (*NOISE, "notes")
 
 
 def clustered(n: int, noise: float, rng: np.random.Generator) -> npt.NDArray[np.float32]:
@@ -51,11 +57,28 @@ def clustered(n: int, noise: float, rng: np.random.Generator) -> npt.NDArray[np.
     return x
 
 
-def build(vecs: npt.NDArray[np.float32], hnsw_threshold: int) -> tuple[VectorIndex, float]:
-    index = VectorIndex(DIM, hnsw_threshold=hnsw_threshold)
+def data(data_set: str, n: int, rng: np.random.Generator) -> npt.NDArray[np.float32]:
+    if data_set in NOISE:
+        return clustered(n, NOISE[data_set], rng)
+    corpus, embedder = Corpus(int(rng.integers(1 << 30))), HashingEmbedder(DIM)
+    return embedder.embed([corpus.note() for _ in range(n)]).astype(np.float32)
+
+
+def build(vecs: npt.NDArray[np.float32], threshold: int, ann: Ann) -> tuple[VectorIndex, float]:
+    index = VectorIndex(DIM, ann_threshold=threshold, ann=ann)
     started = time.perf_counter()
     index.add(np.arange(len(vecs), dtype=np.int64), vecs)
     return index, time.perf_counter() - started
+
+
+def ingest_ms(index: VectorIndex, batch: npt.NDArray[np.float32], first: int) -> float:
+    """Insert one batch, then look up each new vector's link candidates: ingest's index work."""
+    started = time.perf_counter()
+    index.add(np.arange(first, first + len(batch), dtype=np.int64), batch)
+    index.search(batch, LINK_K)
+    elapsed = (time.perf_counter() - started) * 1000
+    index.remove(np.arange(first, first + len(batch), dtype=np.int64))
+    return elapsed
 
 
 def recall(found: npt.NDArray[np.int64], truth: npt.NDArray[np.int64]) -> float:
@@ -74,40 +97,37 @@ def latency_ms(index: VectorIndex, queries: npt.NDArray[np.float32]) -> tuple[fl
     return float(p50), float(p95)
 
 
-def report(row: str, found: float, index: VectorIndex, queries: npt.NDArray[np.float32]) -> None:
+def report(
+    row: str, found: float, index: VectorIndex, queries: npt.NDArray[np.float32], batch_ms: float
+) -> None:
     p50, p95 = latency_ms(index, queries)
-    log.info("%s  %9.3f  %8.3f  %8.3f", row, found, p50, p95)
+    log.info("%s  %9.3f  %8.3f  %8.3f  %9.1f", row, found, p50, p95, batch_ms)
 
 
 def measure(data_set: str, n: int, rng: np.random.Generator) -> None:
-    data = clustered(n + N_QUERIES, NOISE[data_set], rng)
-    vecs, queries = data[:n], data[n:]
-    flat, flat_s = build(vecs, hnsw_threshold=n)
-    hnsw, hnsw_s = build(vecs, hnsw_threshold=0)
+    vecs_all = data(data_set, n + N_QUERIES + BATCH, rng)
+    vecs, queries, batch = vecs_all[:n], vecs_all[n : n + N_QUERIES], vecs_all[n + N_QUERIES :]
     row = f"{data_set:<8} {n:>7}"
-    log.info("%s  build: flat %.2fs, hnsw %.1fs (%.0f vectors/s)", row, flat_s, hnsw_s, n / hnsw_s)
+    flat, _ = build(vecs, n + BATCH, "ivf")
     truth = flat.search(queries, K)[1]
-    report(f"{row}  {'flat':<14}", 1.0, flat, queries)
-    for ef in EF_SEARCHES:
-        hnsw.ef_search = ef
-        found = recall(hnsw.search(queries, K)[1], truth)
-        report(f"{row}  {f'hnsw ef={ef}':<14}", found, hnsw, queries)
-    removed = rng.choice(n, int(REMOVED_FRACTION * n), replace=False).astype(np.int64)
-    flat.remove(removed)
-    hnsw.remove(removed)
-    hnsw.ef_search = REMOVED_EF
-    truth = flat.search(queries, K)[1]
-    found = recall(hnsw.search(queries, K)[1], truth)
-    report(f"{row}  {f'-{REMOVED_FRACTION:.0%} ef={REMOVED_EF}':<14}", found, hnsw, queries)
+    report(f"{row}  {'flat':<14}", 1.0, flat, queries, ingest_ms(flat, batch, n))
+    for ann, knob, values in (("ivf", "nprobe", NPROBES), ("hnsw", "ef_search", EF_SEARCHES)):
+        index, built_s = build(vecs, 0, ann)
+        log.info("%s  build %s: %.1fs (%.0f vectors/s)", row, ann, built_s, n / built_s)
+        for value in values:
+            setattr(index, knob, value)
+            found = recall(index.search(queries, K)[1], truth)
+            label = f"{ann} {'np' if ann == 'ivf' else 'ef'}={value}"
+            report(f"{row}  {label:<14}", found, index, queries, ingest_ms(index, batch, n))
 
 
 def main() -> None:
     logging.basicConfig(stream=sys.stdout, level=logging.INFO, format="%(message)s")
     logging.getLogger("worker.index").setLevel(logging.WARNING)
-    columns = ("data", "n", "index", "recall@10", "p50 ms", "p95 ms")
-    log.info("%-8s %7s  %-14s  %9s  %8s  %8s", *columns)
+    columns = ("data", "n", "index", "recall@10", "p50 ms", "p95 ms", "batch ms")
+    log.info("%-8s %7s  %-14s  %9s  %8s  %8s  %9s", *columns)
     rng = np.random.default_rng(0)
-    for data_set in NOISE:
+    for data_set in DATA_SETS:
         for n in SIZES:
             measure(data_set, n, rng)
 

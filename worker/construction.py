@@ -43,7 +43,7 @@ from pydantic import AfterValidator, BaseModel, Field, StringConstraints, model_
 from producer.protocol import StoreJob
 from worker import llm, notes
 from worker.context import WorkerContext
-from worker.keywords import STOPWORDS, extract_keywords, tokenize
+from worker.keywords import STOPWORDS, extract_keywords, keywords_of, tokenize
 
 log = logging.getLogger(__name__)
 
@@ -135,9 +135,10 @@ def lead_context(content: str, max_chars: int = CONTEXT_MAX_CHARS) -> str:
     return head.rstrip(" ,;:-") + "\u2026"
 
 
-def heuristic(content: str) -> Built:
-    """The deterministic construction: ranked content words and the lead sentence."""
-    return Built(extract_keywords(content, MAX_KEYWORDS), lead_context(content))
+def heuristic(content: str, tokens: list[str]) -> Built:
+    """The deterministic construction: ranked content words (of ``tokens``, the content as
+    ``tokenize`` splits it) and the lead sentence."""
+    return Built(keywords_of(tokens, MAX_KEYWORDS), lead_context(content))
 
 
 def clean_words(words: Sequence[str]) -> list[str]:
@@ -218,11 +219,12 @@ def construct(
     ctx: WorkerContext,
     ns: str,
     jobs: Sequence[StoreJob],
+    tokens: Sequence[list[str]],
 ) -> list[Built]:
     """Each job's constructed fields, in order: the model's where configured and it answered
-    well, else the deterministic ones. (The caller's leases are kept alive by ``Lease.kept``
-    while the model calls run.)"""
-    built = [heuristic(job.content) for job in jobs]
+    well, else the deterministic ones (``tokens``: each job's content as ``tokenize`` splits
+    it). (The caller's leases are kept alive by ``Lease.kept`` while the model calls run.)"""
+    built = [heuristic(job.content, words) for job, words in zip(jobs, tokens, strict=True)]
     s = ctx.settings
     if s.construction != "llm" or s.llm_url is None or not jobs:
         return built

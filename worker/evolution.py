@@ -54,7 +54,7 @@ from worker.graph import link_reason
 from worker.ingest import RARITY_PSEUDO_DOCS
 from worker.lexical import stem
 from worker.projection import catch_up
-from worker.proposals import SNAPSHOT, Draft, Raw, commit_drafts
+from worker.proposals import SNAPSHOT, Draft, Raw, commit_drafts, expire_settled
 
 log = logging.getLogger(__name__)
 
@@ -198,11 +198,14 @@ def rule_change(
 
 def evolve_namespace(ctx: WorkerContext, ns: str) -> int:
     """Evolve the neighbours of the notes linked since the last run (at most MAX_TRIGGERS of
-    them); return how many proposals were made (applied or pending). Nothing when off."""
+    them), after deleting the settled proposals past their retention; return how many
+    proposals were made (applied or pending) plus how many were deleted. Nothing is proposed
+    when evolution is off."""
     validation.check_namespace(ns)
+    expired = expire_settled(ctx, ns, time.time())
     mode = ctx.settings.evolution
     if mode == "off":
-        return 0
+        return expired
     started = time.perf_counter()
     now = time.time()
     cursor = ctx.redis.get(ctx.keys.evolved(ns))
@@ -214,15 +217,16 @@ def evolve_namespace(ctx: WorkerContext, ns: str) -> int:
     if last is None or (len(entries) < MAX_AUDIT_PER_RUN and last == entries[-1][0]):
         ctx.redis.hset(ctx.keys.stats(ns), "last_evolve", now)
     log.info(
-        "evolved ns=%s mode=%s triggers=%d drafts=%d written=%d in %.1fms",
+        "evolved ns=%s mode=%s triggers=%d drafts=%d written=%d expired=%d in %.1fms",
         ns,
         mode,
         len(triggers),
         len(drafts),
         written,
+        expired,
         (time.perf_counter() - started) * 1000,
     )
-    return written
+    return written + expired
 
 
 def _drafts(ctx: WorkerContext, ns: str, triggers: dict[str, list[str]]) -> list[Draft]:

@@ -22,9 +22,9 @@ import numpy.typing as npt
 from producer.protocol import DeleteJob, StoreJob
 from worker import construction, degree, llm_judge, notes, supersession
 from worker.context import WorkerContext
-from worker.keywords import derive_tags
+from worker.keywords import derive_tags, tokenize
 from worker.lease import Lease
-from worker.lexical import stem
+from worker.lexical import analyze, stem, terms_of
 from worker.linking import (
     Candidate,
     Link,
@@ -62,6 +62,7 @@ class _Pending:
     context: str = ""
     kind: str | None = None  #: set when construction changes the note's kind
     parent: str | None = None  #: the source note of an atomic note
+    terms: list[str] | None = None  #: BM25 terms, when construction already tokenised the content
 
 
 def handle_jobs(ctx: WorkerContext, ns: str, entries: Sequence[Entry]) -> None:
@@ -196,11 +197,12 @@ def _construct(
         if p.existing is not None and not _content_changed(p):
             p.keywords = list(p.existing.get("keywords", []))
             p.context = p.existing.get("context") or construction.lead_context(p.job.content)
-    built = construction.construct(ctx, proj.ns, [p.job for p in changed])
+    tokens = [tokenize(p.job.content) for p in changed]
+    built = construction.construct(ctx, proj.ns, [p.job for p in changed], tokens)
     ids = {p.job.id for p in todo}
     atoms: list[_Pending] = []
-    for p, b in zip(changed, built, strict=True):
-        p.keywords, p.context = b.keywords, b.context
+    for p, b, words in zip(changed, built, tokens, strict=True):
+        p.keywords, p.context, p.terms = b.keywords, b.context, terms_of(words)
         jobs = [
             (job, fields) for job, fields in construction.atom_jobs(p.job, b) if job.id not in ids
         ]
@@ -277,16 +279,17 @@ def _find(ctx: WorkerContext, proj: Projection, todo: list[_Pending]) -> _Found:
     if not linking:
         return _Found([], [], {})
     scores, seqs = proj.index.search(_stack(linking), min(s.link_k + 1, max(len(proj.index), 1)))
+    ids, keywords, none = proj.ids, proj.keywords, frozenset[str]()
     candidates = [
         [
-            Candidate(proj.ids[int(q)], float(v), proj.keywords.get(int(q), frozenset()))
-            for v, q in zip(scores[i], seqs[i], strict=True)
-            if q >= 0 and int(q) in proj.ids
+            Candidate(ids[q], v, keywords.get(q, none))
+            for v, q in zip(vs, qs, strict=True)
+            if q in ids
         ]
-        for i in range(len(linking))
+        for vs, qs in zip(scores.tolist(), seqs.tolist(), strict=True)
     ]
+    # A shared keyword is one of the new note's: only those need a rarity.
     words = {kw for p in linking for kw in p.keywords}
-    words |= {kw for row in candidates for c in row for kw in c.keywords}
     rarity = {kw: proj.lexical.idf(stem(kw), RARITY_PSEUDO_DOCS) for kw in words}
     return _Found(linking, candidates, rarity)
 
@@ -362,11 +365,9 @@ def _commit(
     old_links = notes.read_links(ctx.redis, keys, ns, relinked) if relinked else {}
     unlinked = [(nid, nb) for nid, nbs in old_links.items() for nb in nbs]
     capped = degree.plan_cap(ctx, ns, links, unlinked)
-    by_note = _links_by_note(capped.links)
+    by_note = _links_by_note(capped.links, [p.job.id for p in todo])
     writes = [
-        notes.NoteWrite(
-            p.job.id, p.seq, _fields(ctx, p), _stack([p]).tobytes(), created=p.existing is None
-        )
+        notes.NoteWrite(p.job.id, p.seq, _fields(ctx, p), _vec(p).tobytes(), p.existing is None)
         for p in todo
     ]
     with lease.fenced() as pipe:
@@ -380,7 +381,7 @@ def _commit(
             pipe.rpush(keys.judge(ns), *queued)
             pipe.ltrim(keys.judge(ns), -llm_judge.MAX_QUEUED, -1)
         for p, w in zip(todo, writes, strict=True):
-            after = {**notes.public_view(w.fields), "links": by_note.get(w.id, {})}
+            after = {**notes.public_view(w.fields), "links": by_note[w.id]}
             notes.audit(
                 pipe,
                 keys,
@@ -403,26 +404,32 @@ def _commit(
     return str(results[change_at].decode())
 
 
-def _links_by_note(links: list[Link]) -> dict[str, dict[str, list[Any]]]:
-    """Each end's new links as {neighbour: [weight, reason, label]}, for the audit entry."""
-    out: dict[str, dict[str, list[Any]]] = {}
+def _links_by_note(links: list[Link], ids: list[str]) -> dict[str, dict[str, list[Any]]]:
+    """The new links of each of ``ids`` as {neighbour: [weight, reason, label]}, for its audit
+    entry."""
+    out: dict[str, dict[str, list[Any]]] = {nid: {} for nid in ids}
     for link in links:
-        out.setdefault(link.a, {})[link.b] = [link.weight, link.reason, link.label]
-        out.setdefault(link.b, {})[link.a] = [link.weight, link.reason, link.label]
+        if link.a in out:
+            out[link.a][link.b] = [link.weight, link.reason, link.label]
+        if link.b in out:
+            out[link.b][link.a] = [link.weight, link.reason, link.label]
     return out
 
 
+def _vec(p: _Pending) -> npt.NDArray[np.float32]:
+    assert p.vec is not None, "every pending note has a vector by now"
+    return p.vec.astype(np.float32, copy=False)
+
+
 def _stack(items: list[_Pending]) -> npt.NDArray[np.float32]:
-    vecs = [p.vec for p in items if p.vec is not None]
-    assert len(vecs) == len(items), "every pending note has a vector by now"
-    return np.vstack(vecs).astype(np.float32)
+    return np.vstack([_vec(p) for p in items])
 
 
 def _apply(proj: Projection, todo: list[_Pending]) -> None:
     vecs = _stack(todo)
     kws = [frozenset(p.keywords) for p in todo]
-    texts = [p.job.content for p in todo]
-    proj.add([p.seq for p in todo], [p.job.id for p in todo], vecs, kws, texts)
+    terms = [analyze(p.job.content) if p.terms is None else p.terms for p in todo]
+    proj.add([p.seq for p in todo], [p.job.id for p in todo], vecs, kws, terms)
 
 
 def _delete(

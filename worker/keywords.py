@@ -6,7 +6,7 @@ import re
 from collections import Counter
 
 QUOTES = "'\u2019-"  #: stripped from both ends of a word
-POSSESSIVE_RE = re.compile(r"['\u2019]s$")  #: "customer's" -> "customer"
+POSSESSIVES = ("'s", "\u2019s")  #: "customer's" -> "customer"
 WORD_RE = re.compile(r"[^\W_][\w'\u2019-]*", re.UNICODE)  #: a word: letters/digits, inner ' and -
 
 #: Common English words that never make a keyword.
@@ -25,18 +25,22 @@ STOPWORDS = frozenset(
 
 def tokenize(text: str) -> list[str]:
     """Lowercased words with leading/trailing quote marks and hyphens stripped."""
-    words = (POSSESSIVE_RE.sub("", w).strip(QUOTES) for w in WORD_RE.findall(text.lower()))
-    return [w for w in words if w]
+    words = [w[:-2] if w.endswith(POSSESSIVES) else w for w in WORD_RE.findall(text.lower())]
+    return [w for w in (w.strip(QUOTES) for w in words) if w]
 
 
 def extract_keywords(text: str, max_keywords: int = 8) -> list[str]:
     """The most salient content words: frequency, then length, then first position."""
-    words = [w for w in tokenize(text) if w not in STOPWORDS and len(w) > 2 and not w.isdigit()]
+    return keywords_of(tokenize(text), max_keywords)
+
+
+def keywords_of(tokens: list[str], max_keywords: int = 8) -> list[str]:
+    """``extract_keywords`` of a text that ``tokenize`` already split."""
+    words = [w for w in tokens if w not in STOPWORDS and len(w) > 2 and not w.isdigit()]
     if not words:
         return []
-    counts = Counter(words)
-    first = {w: i for i, w in reversed(list(enumerate(words)))}
-    ranked = sorted(counts, key=lambda w: (-counts[w], -min(len(w), 12), first[w]))
+    counts = Counter(words)  # in first-position order, which the stable sort keeps for ties
+    ranked = sorted(counts, key=lambda w: (-counts[w], -min(len(w), 12)))
     return ranked[:max_keywords]
 
 

@@ -39,7 +39,12 @@ def stem(word: str) -> str:
 
 def analyze(text: str) -> list[str]:
     """The index terms of ``text``, in order, repeats kept."""
-    return [stem(w) for w in tokenize(text) if w not in STOPWORDS and len(w) > 1]
+    return terms_of(tokenize(text))
+
+
+def terms_of(tokens: list[str]) -> list[str]:
+    """``analyze`` of a text that ``tokenize`` already split."""
+    return [stem(w) for w in tokens if w not in STOPWORDS and len(w) > 1]
 
 
 def _top(seqs: Ints, totals: Floats, k: int, repeats: int) -> list[tuple[int, float]]:

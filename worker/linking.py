@@ -16,6 +16,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
+from typing import NamedTuple
 
 import numpy as np
 import numpy.typing as npt
@@ -29,17 +30,16 @@ RELATIONS = ("related", "supports", "elaborates", "contradicts", "updates", "exa
 SEQUENCE = "sequence"  #: label and reason of a Folgezettel link
 
 
-@dataclass(frozen=True)
-class Candidate:
-    """An existing or same-batch note a new note might link to."""
+class Candidate(NamedTuple):
+    """An existing or same-batch note a new note might link to. (Tuples: a batch makes tens of
+    thousands of candidates and links.)"""
 
     note_id: str
     similarity: float
     keywords: frozenset[str]
 
 
-@dataclass(frozen=True)
-class Link:
+class Link(NamedTuple):
     """A proposed undirected link ``a`` - ``b``; an empty ``source`` is the writer's default."""
 
     a: str
@@ -65,19 +65,21 @@ def judge(
     to ``min_shared``."""
     accepted: list[Link] = []
     seen: set[str] = set()
-    for cand in sorted(candidates, key=lambda c: -c.similarity):
+    near = [c for c in candidates if c.similarity >= threshold]
+    for cand in sorted(near, key=lambda c: -c.similarity):
         if len(accepted) >= max_links:
             break
-        if cand.note_id == new_id or cand.note_id in seen or cand.similarity < threshold:
+        if cand.note_id == new_id or cand.note_id in seen:
             continue
-        shared = sorted(new_keywords & cand.keywords, key=lambda kw: (-rarity(kw), kw))
-        evidence = bool(shared) and sum(rarity(kw) for kw in shared) >= min_shared
+        common = new_keywords & cand.keywords
+        shared = sorted([(-rarity(kw), kw) for kw in common]) if common else []  # rarest first
+        evidence = bool(shared) and -sum(minus for minus, _ in shared) >= min_shared
         if not evidence and cand.similarity < threshold + STRONG_MARGIN:
             continue
         seen.add(cand.note_id)
         reason = f"cosine {cand.similarity:.2f}"
         if evidence:
-            reason += "; shared " + ", ".join(shared[:5])
+            reason += "; shared " + ", ".join(kw for _, kw in shared[:5])
         accepted.append(Link(new_id, cand.note_id, round(cand.similarity, 4), reason))
     return accepted
 
@@ -88,19 +90,23 @@ def batch_candidates(
     keywords: Sequence[frozenset[str]],
     k: int,
 ) -> list[list[Candidate]]:
-    """For each note of a batch, its k most similar *earlier* notes of the same batch."""
-    if len(ids) < 2 or k == 0:
+    """For each note of a batch, its k most similar *earlier* notes of the same batch, most
+    similar first (ties: the earlier note first)."""
+    n = len(ids)
+    if n < 2 or k == 0:
         return [[] for _ in ids]
     sims = vecs @ vecs.T
-    out: list[list[Candidate]] = []
-    for i in range(len(ids)):
-        if i == 0:
-            out.append([])
-            continue
-        row = sims[i, :i]
-        top = np.argsort(-row)[:k]
-        out.append([Candidate(ids[j], float(row[j]), keywords[j]) for j in top])
-    return out
+    sims[np.triu_indices(n)] = -np.inf  # a note's candidates come before it
+    width = min(k, n - 1)
+    top = np.argpartition(-sims, width - 1, axis=1)[:, :width]
+    vals = np.take_along_axis(sims, top, axis=1)
+    order = np.lexsort((top, -vals), axis=1)
+    rows = np.take_along_axis(top, order, axis=1).tolist()
+    scores = np.take_along_axis(vals, order, axis=1).tolist()
+    return [
+        [Candidate(ids[j], v, keywords[j]) for j, v in zip(rows[i][:i], scores[i][:i], strict=True)]
+        for i in range(n)
+    ]
 
 
 def dedupe_links(links: Sequence[Link]) -> list[Link]:
@@ -171,7 +177,8 @@ def cap_degree(
     if max_degree <= 0:
         return list(new), []
     dropped: set[tuple[str, str]] = set()
-    for nid in sorted(adj):
+    # Dropping only shrinks notes: those under the cap now stay under it.
+    for nid in sorted(nid for nid, nbs in adj.items() if len(nbs) > max_degree):
         nbs = adj[nid]
         while len(nbs) > max_degree:
             weakest = min(nbs, key=lambda nb: (nbs[nb], nb))

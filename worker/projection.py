@@ -59,15 +59,17 @@ class Projection:
         ids: list[str],
         vecs: np.ndarray,
         keywords: list[frozenset[str]],
-        texts: list[str],
+        terms: list[list[str]],
     ) -> None:
+        """Index notes; ``terms`` are each note's BM25 terms (``lexical.analyze`` of its
+        content)."""
         if not seqs:
             return
         self.index.add(np.asarray(seqs, dtype=np.int64), np.ascontiguousarray(vecs, np.float32))
-        for seq, nid, kws, text in zip(seqs, ids, keywords, texts, strict=True):
+        for seq, nid, kws, words in zip(seqs, ids, keywords, terms, strict=True):
             self.ids[seq] = nid
             self.keywords[seq] = kws
-            self.lexical.add(seq, analyze(text))
+            self.lexical.add(seq, words)
 
     def remove(self, seqs: list[int]) -> None:
         if not seqs:
@@ -102,10 +104,12 @@ def _new_index(ctx: WorkerContext) -> VectorIndex:
     s = ctx.settings
     return VectorIndex(
         ctx.embedder.dim,
-        hnsw_threshold=s.hnsw_threshold,
+        ann_threshold=s.ann_threshold,
+        ann=s.ann_index,
         hnsw_m=s.hnsw_m,
         ef_search=s.hnsw_ef_search,
         ef_construction=s.hnsw_ef_construction,
+        nprobe=s.ivf_nprobe,
     )
 
 
@@ -138,7 +142,7 @@ def _add_from_notes(ctx: WorkerContext, proj: Projection, members: list[tuple[st
     pipe = ctx.redis.pipeline(transaction=False)
     for nid, _ in members:
         pipe.hmget(ctx.keys.note(proj.ns, nid), fields)
-    seqs, ids, vecs, kws, texts, foreign = [], [], [], [], [], []
+    seqs, ids, vecs, kws, terms, foreign = [], [], [], [], [], []
     model = ctx.embedder.name.encode()
     for (nid, seq), row in zip(members, pipe.execute(), strict=True):
         vec, raw_kws, status, raw_seq, content, embedder = row
@@ -151,9 +155,9 @@ def _add_from_notes(ctx: WorkerContext, proj: Projection, members: list[tuple[st
         ids.append(nid)
         vecs.append(np.frombuffer(vec, dtype=np.float32))
         kws.append(frozenset(msgpack.unpackb(raw_kws) if raw_kws else ()))
-        texts.append(content.decode())
+        terms.append(analyze(content.decode()))
     if seqs:
-        proj.add(seqs, ids, np.vstack(vecs), kws, texts)
+        proj.add(seqs, ids, np.vstack(vecs), kws, terms)
     if foreign:
         proj.remove(foreign)
         log.warning(
@@ -256,6 +260,11 @@ def _load_snapshot(ctx: WorkerContext, ns: str) -> Projection | None:
     expected = (SNAPSHOT_FORMAT, ns, ctx.embedder.name)
     if (side.get("format"), side.get("ns"), side.get("embedder")) != expected:
         return None
+    s = ctx.settings
+    if (index.ann, index.ann_threshold) != (s.ann_index, s.ann_threshold):
+        log.info("snapshot of ns=%s has other index settings; rebuilding from Redis", ns)
+        return None
+    index.nprobe, index.ef_search = s.ivf_nprobe, s.hnsw_ef_search
     proj = Projection(ns, index, _new_lexical(ctx))
     proj.ids = {int(s): nid for s, nid in side["ids"]}
     proj.keywords = {int(s): frozenset(k) for s, k in side["keywords"]}

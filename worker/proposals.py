@@ -9,6 +9,10 @@ rest are written in one fenced MULTI/EXEC with their audit entries: applied at o
 mode (the note's fields, version + 1 and updated_at; audit "evolve"), pending in "propose" mode
 (audit "evolve-propose"; ``Keys.proposed`` remembers the note's pending proposal). A record
 lists the tags it adds (``added``), which a reject or revert adds to ``Keys.refused``.
+
+``expire_settled`` deletes settled records (applied, rejected, reverted) once they are older
+than ``proposal_retention_days``, under the namespace lock, so a review never meets a record
+half gone: an applied change can be reverted until then.
 """
 
 from __future__ import annotations
@@ -27,6 +31,8 @@ from worker.context import WorkerContext
 from worker.lease import Lease
 
 EVOLVED = ("tags", "context")  #: the note fields evolution may change
+SETTLED = ("applied", "rejected", "reverted")  #: statuses no review moves a proposal out of
+MAX_EXPIRED_PER_RUN = 1_000  #: most records of each settled status one expiry deletes
 SNAPSHOT = (*EVOLVED, "version", "updated_at")  #: raw values a proposal records before/after
 
 Raw = dict[str, bytes | None]  #: note fields as HMGET returns them
@@ -68,6 +74,31 @@ def commit_drafts(
                 pipe.hincrby(keys.stats(ns), "evolve_stale", len(drafts) - len(fresh))
             pipe.execute()
     return len(fresh)
+
+
+def expire_settled(ctx: WorkerContext, ns: str, now: float) -> int:
+    """Delete the settled proposal records made more than ``proposal_retention_days`` before
+    ``now`` (oldest first, at most MAX_EXPIRED_PER_RUN per status); return how many."""
+    days = ctx.settings.proposal_retention_days
+    if days <= 0:
+        return 0
+    keys, cutoff = ctx.keys, now - days * 86_400
+    pipe = ctx.redis.pipeline(transaction=False)
+    for status in SETTLED:
+        pipe.zrangebyscore(keys.proposals(ns, status), "-inf", cutoff, 0, MAX_EXPIRED_PER_RUN)
+    old = dict(zip(SETTLED, pipe.execute(), strict=True))
+    if not any(old.values()):
+        return 0
+    with (
+        Lease(ctx.redis, keys.lock(ns), ctx.settings.lease_s, owner=ctx.consumer) as lease,
+        lease.fenced() as fenced,
+    ):
+        for status, ids in old.items():
+            if ids:
+                fenced.zrem(keys.proposals(ns, status), *ids)
+                fenced.delete(*(keys.proposal(ns, pid.decode()) for pid in ids))
+        removed = fenced.execute()
+    return sum(int(n) for n in removed[0::2])
 
 
 def _unchanged(ctx: WorkerContext, ns: str, drafts: list[Draft]) -> list[Draft]:

@@ -58,8 +58,13 @@ class WorkerSettings(ProducerSettings):
     #: Shared keywords count as evidence for a link once their IDFs sum to this (about one
     #: keyword found in under a tenth of the namespace's notes).
     link_min_shared_idf: float = Field(default=2.0, ge=0)
-    #: Namespaces switch from a flat FAISS scan to HNSW past this many notes.
-    hnsw_threshold: int = Field(default=20_000, ge=1)
+    #: Namespaces switch from a flat FAISS scan to an approximate index past this many notes:
+    #: "ivf" (inverted lists, cheap inserts: the ingest default) or "hnsw" (a graph: faster
+    #: single queries, inserts ~30x dearer).
+    ann_threshold: int = Field(default=5_000, ge=1)
+    ann_index: Literal["ivf", "hnsw"] = "ivf"
+    #: IVF lists scanned per query (higher: better recall, slower linking and dense search).
+    ivf_nprobe: int = Field(default=8, ge=1, le=4_096)
     #: HNSW graph degree, build-time and search-time breadth (higher: better recall, slower).
     hnsw_m: int = Field(default=16, ge=4, le=128)
     hnsw_ef_construction: int = Field(default=64, ge=8, le=1_000)
@@ -147,6 +152,9 @@ class WorkerSettings(ProducerSettings):
     #: Evolution of the neighbours a new note links to: "off" (the default), "propose" (each
     #: change waits for accept or reject) or "apply" (each change is made at once, revertible).
     evolution: Literal["off", "propose", "apply"] = "off"
+    #: Settled proposals (applied, rejected, reverted) are deleted this many days after they
+    #: were made (0 = kept for ever); pending ones wait for review whatever their age.
+    proposal_retention_days: float = Field(default=30.0, ge=0)
 
     #: Supersession: detect notes that a newer note updates (heuristic at ingest and in
     #: supersede_namespace; the LLM judge there too when llm_url is set), the cosine a pair

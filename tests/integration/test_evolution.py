@@ -8,6 +8,7 @@ from __future__ import annotations
 import asyncio
 import json
 import re
+import time
 from collections.abc import Iterator
 
 import msgpack
@@ -29,6 +30,7 @@ from worker.evolution import evolve_namespace
 from worker.integrity import check_namespace
 from worker.lease import Lease
 from worker.periodic import last_runs, run_periodic
+from worker.proposals import expire_settled
 
 __all__ = ["chat"]
 
@@ -419,5 +421,31 @@ def test_a_bad_model_answer_changes_nothing(redis_db, tmp_path, chat: ChatServer
             assert mem.proposals(NS) == []
             assert int(ctx.redis.hget(ctx.keys.stats(NS), reason)) == 1
             assert evolution_ops(ctx) == []
+    finally:
+        ctx.close()
+
+
+def test_settled_proposals_are_deleted_after_their_retention_and_pending_ones_kept(
+    redis_db, tmp_path
+):
+    ctx = build(tmp_path, evolution="propose", proposal_retention_days=1.0)
+    try:
+        with MemoryClient(ctx.settings) as mem:
+            for ns in (NS, "other"):
+                seed(ctx, mem, ns)
+                evolve_namespace(ctx, ns)
+            ((settled),) = mem.proposals(NS)
+            ((pending),) = mem.proposals("other")
+            mem.reject(settled.id, namespace=NS)
+            later = time.time() + 2 * 86_400
+
+            young = evolve_namespace(ctx, NS)  # the rejection is seconds old: kept
+            gone = [expire_settled(ctx, ns, later) for ns in (NS, "other")]
+
+            assert young == 0 and gone == [1, 0]
+            assert mem.proposals(NS) == [] and mem.proposals("other") == [pending]
+            assert not ctx.redis.exists(ctx.keys.proposal(NS, settled.id))
+            assert not ctx.redis.exists(ctx.keys.proposals(NS, "rejected"))
+            assert expire_settled(ctx, NS, later) == 0
     finally:
         ctx.close()

@@ -208,6 +208,28 @@ def test_restarted_worker_rebuilds_its_index_and_answers_the_same(client, ctx, t
         fresh_ctx.close()
 
 
+def test_a_snapshot_is_loaded_with_the_current_index_settings(client, tmp_path, settings):
+    from worker.snapshot import snapshot_all
+
+    def worker(**overrides):
+        return WorkerContext.build(settings.model_copy(update={"ann_threshold": 40, **overrides}))
+
+    first = worker()
+    notes = [f"note {i} on topic {i % 7} with word{i}" for i in range(200)]
+    client.store_many(notes, namespace="snap")
+    drain_all(first)
+    first.projection("snap")
+    snapshot_all(first)
+    tuned, other_kind = worker(ivf_nprobe=3), worker(ann_index="hnsw")
+    loaded, rebuilt = tuned.projection("snap").index, other_kind.projection("snap").index
+
+    assert first.projections["snap"].index.kind == "ivf"
+    assert (loaded.kind, loaded.nprobe, len(loaded)) == ("ivf", 3, 200)
+    assert (rebuilt.kind, len(rebuilt)) == ("hnsw", 200)
+    for c in (first, tuned, other_kind):
+        c.close()
+
+
 def test_multi_namespace_search_only_when_named(client, server):
     a = client.store("alpha secret lives in vault one", namespace="ns-a")
     b = client.store("alpha secret lives in vault two", namespace="ns-b")

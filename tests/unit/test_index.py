@@ -9,7 +9,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from worker.index import IndexCorrupt, VectorIndex
+from worker.index import Ann, IndexCorrupt, VectorIndex
 
 DIM = 16
 
@@ -24,8 +24,10 @@ def seq_array(*values: int) -> npt.NDArray[np.int64]:
     return np.array(values, dtype=np.int64)
 
 
-def filled(n: int, hnsw_threshold: int = 20_000) -> tuple[VectorIndex, npt.NDArray[np.float32]]:
-    index = VectorIndex(DIM, hnsw_threshold=hnsw_threshold)
+def filled(
+    n: int, ann_threshold: int = 20_000, ann: Ann = "ivf"
+) -> tuple[VectorIndex, npt.NDArray[np.float32]]:
+    index = VectorIndex(DIM, ann_threshold=ann_threshold, ann=ann)
     vecs = unit_vectors(n)
     index.add(np.arange(n, dtype=np.int64), vecs)
     return index, vecs
@@ -110,8 +112,53 @@ def test_empty_index_returns_only_padding() -> None:
     np.testing.assert_array_equal(seqs, [[-1, -1]])
 
 
+def test_index_becomes_ivf_past_the_threshold_and_still_finds_each_vector() -> None:
+    index, vecs = filled(40, ann_threshold=50)
+    kind_before = index.kind
+
+    more = unit_vectors(1_960, seed=1)
+    index.add(np.arange(40, 2_000, dtype=np.int64), more)
+    _, seqs = index.search(np.vstack([vecs, more]), k=1)
+
+    assert (kind_before, index.kind) == ("flat", "ivf")
+    assert len(index) == 2_000
+    np.testing.assert_array_equal(seqs[:, 0], np.arange(2_000))
+
+
+def test_ivf_removes_for_real_and_replaces_a_readded_seq() -> None:
+    index, vecs = filled(2_000, ann_threshold=50)
+    new = unit_vectors(1, seed=99)
+
+    index.remove(np.arange(0, 600, 2, dtype=np.int64))
+    index.add(seq_array(1), new)
+    _, seqs = index.search(vecs, k=10)
+
+    assert index.kind == "ivf"
+    assert len(index) == 1_700
+    assert not np.isin(seqs, np.arange(0, 600, 2)).any()
+    assert index.search(new, k=1)[1][0, 0] == 1
+    np.testing.assert_array_equal(seqs[600:, 0], np.arange(600, 2_000))
+
+
+def test_ivf_retrains_as_it_grows_and_goes_flat_when_it_shrinks(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    index, _ = filled(100, ann_threshold=50)
+    more = unit_vectors(900, seed=2)
+
+    with caplog.at_level(logging.INFO, logger="worker.index"):
+        index.add(np.arange(100, 1_000, dtype=np.int64), more)
+        grown_to = index.kind
+        index.remove(np.arange(960, dtype=np.int64))
+
+    assert "index rebuilt kind=ivf from=ivf n=1000" in caplog.text
+    assert "index rebuilt kind=flat from=ivf n=40" in caplog.text
+    assert (grown_to, index.kind, len(index)) == ("ivf", "flat", 40)
+    np.testing.assert_array_equal(index.search(more[860:], k=1)[1][:, 0], np.arange(960, 1_000))
+
+
 def test_index_becomes_hnsw_past_the_threshold_and_still_finds_each_vector() -> None:
-    index, vecs = filled(40, hnsw_threshold=50)
+    index, vecs = filled(40, ann_threshold=50, ann="hnsw")
     kind_before = index.kind
 
     more = unit_vectors(40, seed=1)
@@ -124,7 +171,7 @@ def test_index_becomes_hnsw_past_the_threshold_and_still_finds_each_vector() -> 
 
 
 def test_hnsw_hides_removed_seqs_and_still_returns_k_live_results() -> None:
-    index, vecs = filled(200, hnsw_threshold=50)
+    index, vecs = filled(200, ann_threshold=50, ann="hnsw")
     removed = np.arange(0, 60, 2, dtype=np.int64)  # 15%: below the compaction point
 
     index.remove(removed)
@@ -138,7 +185,7 @@ def test_hnsw_hides_removed_seqs_and_still_returns_k_live_results() -> None:
 
 
 def test_hnsw_replaces_a_readded_seq() -> None:
-    index, vecs = filled(100, hnsw_threshold=50)
+    index, vecs = filled(100, ann_threshold=50, ann="hnsw")
     new = unit_vectors(1, seed=99)
 
     index.add(seq_array(3), new)
@@ -149,7 +196,7 @@ def test_hnsw_replaces_a_readded_seq() -> None:
 
 
 def test_hnsw_rebuilds_itself_after_many_removals(caplog: pytest.LogCaptureFixture) -> None:
-    index, vecs = filled(200, hnsw_threshold=50)
+    index, vecs = filled(200, ann_threshold=50, ann="hnsw")
 
     with caplog.at_level(logging.INFO, logger="worker.index"):
         index.remove(np.arange(60, dtype=np.int64))
@@ -162,8 +209,8 @@ def test_hnsw_rebuilds_itself_after_many_removals(caplog: pytest.LogCaptureFixtu
     assert not np.isin(seqs, np.arange(60)).any()
 
 
-def test_compaction_below_the_threshold_goes_back_to_flat() -> None:
-    index, vecs = filled(100, hnsw_threshold=50)
+def test_hnsw_compaction_below_the_threshold_goes_back_to_flat() -> None:
+    index, vecs = filled(100, ann_threshold=50, ann="hnsw")
 
     index.remove(np.arange(70, dtype=np.int64))
     _, seqs = index.search(vecs[70:], k=1)
@@ -173,11 +220,16 @@ def test_compaction_below_the_threshold_goes_back_to_flat() -> None:
     np.testing.assert_array_equal(seqs[:, 0], np.arange(70, 100))
 
 
-@pytest.mark.parametrize(("n", "kind"), [(30, "flat"), (120, "hnsw")])
-def test_save_then_load_gives_the_same_results(tmp_path: pathlib.Path, n: int, kind: str) -> None:
-    index, vecs = filled(n, hnsw_threshold=50)
+@pytest.mark.parametrize(
+    ("n", "ann", "kind"), [(30, "ivf", "flat"), (120, "hnsw", "hnsw"), (2_000, "ivf", "ivf")]
+)
+def test_save_then_load_gives_the_same_results(
+    tmp_path: pathlib.Path, n: int, ann: Ann, kind: str
+) -> None:
+    index, vecs = filled(n, ann_threshold=50, ann=ann)
     index.remove(seq_array(1, 2, 3))
     index.ef_search = 40
+    index.nprobe = 4
     path = tmp_path / "ns.zqindex"
 
     index.save(path)
@@ -186,15 +238,15 @@ def test_save_then_load_gives_the_same_results(tmp_path: pathlib.Path, n: int, k
     assert loaded.kind == index.kind == kind
     assert len(loaded) == len(index)
     assert 2 not in loaded and 4 in loaded
-    assert (loaded.hnsw_threshold, loaded.ef_search) == (50, 40)
+    assert (loaded.ann_threshold, loaded.ann, loaded.ef_search, loaded.nprobe) == (50, ann, 40, 4)
     for got, want in zip(loaded.search(vecs, k=7), index.search(vecs, k=7), strict=True):
         np.testing.assert_array_equal(got, want)
     assert [p.name for p in tmp_path.iterdir()] == [path.name]
 
 
-@pytest.mark.parametrize("n", [30, 120])
-def test_a_loaded_index_accepts_adds_and_removes(tmp_path: pathlib.Path, n: int) -> None:
-    index, vecs = filled(n, hnsw_threshold=50)
+@pytest.mark.parametrize(("n", "ann"), [(30, "ivf"), (120, "hnsw"), (2_000, "ivf")])
+def test_a_loaded_index_accepts_adds_and_removes(tmp_path: pathlib.Path, n: int, ann: Ann) -> None:
+    index, vecs = filled(n, ann_threshold=50, ann=ann)
     index.save(tmp_path / "ns.zqindex")
     loaded = VectorIndex.load(tmp_path / "ns.zqindex")
     new = unit_vectors(1, seed=99)
@@ -231,10 +283,12 @@ def test_load_of_garbage_raises_index_corrupt(tmp_path: pathlib.Path, garbage: b
         VectorIndex.load(path)
 
 
-@pytest.mark.parametrize("n", [30, 120])
-def test_load_of_a_truncated_snapshot_raises_index_corrupt(tmp_path: pathlib.Path, n: int) -> None:
+@pytest.mark.parametrize(("n", "ann"), [(30, "ivf"), (120, "hnsw"), (2_000, "ivf")])
+def test_load_of_a_truncated_snapshot_raises_index_corrupt(
+    tmp_path: pathlib.Path, n: int, ann: Ann
+) -> None:
     path = tmp_path / "ns.zqindex"
-    filled(n, hnsw_threshold=50)[0].save(path)
+    filled(n, ann_threshold=50, ann=ann)[0].save(path)
     path.write_bytes(path.read_bytes()[:-100])
 
     with pytest.raises(IndexCorrupt):
@@ -271,10 +325,13 @@ _OPS = st.lists(
 )
 
 
+@pytest.mark.parametrize("ann", ["ivf", "hnsw"])
 @settings(max_examples=75, deadline=None)
 @given(ops=_OPS)
-def test_interleaved_adds_and_removes_match_a_set_model(ops: list[tuple[bool, list[int]]]) -> None:
-    index = VectorIndex(DIM, hnsw_threshold=12)
+def test_interleaved_adds_and_removes_match_a_set_model(
+    ann: Ann, ops: list[tuple[bool, list[int]]]
+) -> None:
+    index = VectorIndex(DIM, ann_threshold=12, ann=ann)
     model: set[int] = set()
     for step, (is_add, values) in enumerate(ops):
         seqs = np.array(values, dtype=np.int64)

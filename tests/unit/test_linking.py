@@ -125,6 +125,15 @@ def test_batch_candidates_ranks_by_cosine_and_keeps_k() -> None:
     assert [c.similarity for c in out[3]] == pytest.approx([0.96, 0.8])
 
 
+def test_batch_candidates_break_ties_on_the_earlier_note() -> None:
+    vecs = unit([1, 0], [0, 1], [1, 0], [0, 1], [1, 0])
+
+    out = batch_candidates(["a", "b", "c", "d", "e"], vecs, [frozenset()] * 5, k=2)
+
+    assert [c.note_id for c in out[4]] == ["a", "c"]
+    assert [c.note_id for c in out[3]] == ["b", "a"]
+
+
 @pytest.mark.parametrize(("n", "k"), [(0, 5), (1, 5), (3, 0)])
 def test_batch_candidates_of_tiny_batches_or_k_zero_is_empty(n: int, k: int) -> None:
     vecs = unit(*[[1.0, float(i)] for i in range(n)]) if n else np.zeros((0, 2), np.float32)
