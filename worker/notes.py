@@ -23,7 +23,6 @@ from worker.linking import Link
 Fields = dict[bytes, bytes]  #: a note hash as HGETALL returns it
 
 
-
 @dataclass
 class NoteWrite:
     """A note to create or update: every field of its hash, unpacked."""
