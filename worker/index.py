@@ -90,19 +90,12 @@ class _Backend(Protocol):
     def needs_rebuild(self) -> bool: ...
 
 
-class _Flat:
-    """Exact search; FAISS ids are seqs. ``add`` takes new seqs only, ``remove`` present ones."""
+class _SeqKeyed:
+    """A FAISS index whose ids are the seqs themselves (flat and IVF), with the live seqs kept
+    beside it. ``add`` takes new seqs only, ``remove`` present ones."""
 
-    kind: Kind = "flat"
-
-    def __init__(self, index: faiss.IndexIDMap2) -> None:
-        self.index = index
-        self.row_seq: Seqs = np.empty(0, dtype=np.int64)
-        self._seqs: set[int] = set(faiss.vector_to_array(index.id_map).tolist())
-
-    @classmethod
-    def empty(cls, dim: int) -> _Flat:
-        return cls(faiss.IndexIDMap2(faiss.IndexFlatIP(dim)))
+    index: faiss.Index
+    _seqs: set[int]
 
     def __len__(self) -> int:
         return len(self._seqs)
@@ -121,6 +114,23 @@ class _Flat:
     def search(self, vecs: Floats, k: int) -> tuple[Floats, Seqs]:
         return self.index.search(vecs, k)
 
+
+class _Flat(_SeqKeyed):
+    """Exact search."""
+
+    index: faiss.IndexIDMap2
+
+    kind: Kind = "flat"
+
+    def __init__(self, index: faiss.IndexIDMap2) -> None:
+        self.index = index
+        self.row_seq: Seqs = np.empty(0, dtype=np.int64)
+        self._seqs: set[int] = set(faiss.vector_to_array(index.id_map).tolist())
+
+    @classmethod
+    def empty(cls, dim: int) -> _Flat:
+        return cls(faiss.IndexIDMap2(faiss.IndexFlatIP(dim)))
+
     def export(self) -> tuple[Seqs, Floats]:
         seqs: Seqs = faiss.vector_to_array(self.index.id_map)
         vecs: Floats = self.index.index.reconstruct_n(0, self.index.ntotal)
@@ -130,10 +140,11 @@ class _Flat:
         return False
 
 
-class _Ivf:
-    """Approximate search over inverted lists; FAISS ids are seqs. ``trained_on`` is the live
-    count the lists were trained for."""
+class _Ivf(_SeqKeyed):
+    """Approximate search over inverted lists. ``trained_on`` is the live count the lists were
+    trained for."""
 
+    index: faiss.IndexIVFFlat
     kind: Kind = "ivf"
 
     def __init__(self, index: faiss.IndexIVFFlat, trained_on: int) -> None:
@@ -154,23 +165,6 @@ class _Ivf:
         index.train(vecs)
         index.nprobe = nprobe
         return cls(index, n)
-
-    def __len__(self) -> int:
-        return len(self._seqs)
-
-    def __contains__(self, seq: int) -> bool:
-        return seq in self._seqs
-
-    def add(self, seqs: Seqs, vecs: Floats) -> None:
-        self.index.add_with_ids(vecs, seqs)
-        self._seqs.update(seqs.tolist())
-
-    def remove(self, seqs: Seqs) -> None:
-        self.index.remove_ids(faiss.IDSelectorBatch(seqs))
-        self._seqs.difference_update(seqs.tolist())
-
-    def search(self, vecs: Floats, k: int) -> tuple[Floats, Seqs]:
-        return self.index.search(vecs, k)
 
     def export(self) -> tuple[Seqs, Floats]:
         return self._lists()
