@@ -151,7 +151,7 @@ class _Ivf(_SeqKeyed):
         self.index = index
         self.trained_on = trained_on
         self.row_seq: Seqs = np.empty(0, dtype=np.int64)
-        self._seqs: set[int] = set(self._lists()[0].tolist())
+        self._seqs: set[int] = set(self._lists(vectors=False)[0].tolist())
 
     @classmethod
     def trained(cls, vecs: Floats, nprobe: int) -> _Ivf:
@@ -173,8 +173,9 @@ class _Ivf(_SeqKeyed):
         n = len(self)
         return n > IVF_REGROW * self.trained_on or n * IVF_REGROW < self.trained_on
 
-    def _lists(self) -> tuple[Seqs, Floats]:
-        """Every stored (seq, vector), read from the inverted lists."""
+    def _lists(self, vectors: bool = True) -> tuple[Seqs, Floats]:
+        """Every stored seq and (unless ``vectors`` is False) its vector, read from the inverted
+        lists; without vectors the second array is empty."""
         lists, dim = self.index.invlists, self.index.d
         assert lists is not None, "an IVF index owns its lists"
         seqs: list[Seqs] = [np.empty(0, dtype=np.int64)]
@@ -183,6 +184,8 @@ class _Ivf(_SeqKeyed):
             size = lists.list_size(i)
             if size:
                 seqs.append(faiss.rev_swig_ptr(lists.get_ids(i), size).copy())
+                if not vectors:
+                    continue
                 codes = faiss.rev_swig_ptr(lists.get_codes(i), size * lists.code_size)
                 vecs.append(codes.copy().view(np.float32).reshape(size, dim))
         return np.concatenate(seqs), np.concatenate(vecs)
