@@ -52,7 +52,8 @@ def plan_cap(
         return Capped(list(links))
     ends = sorted({end for link in links for end in (link.a, link.b)})
     names = [ctx.keys.links(ns, nid) for nid in ends]
-    degree = dict(zip(ends, ctx.redis.eval(DEGREES_LUA, len(names), *names), strict=True))
+    counts = ctx.redis.register_script(DEGREES_LUA)(keys=names)
+    degree = dict(zip(ends, counts, strict=True))
     for link in links:
         degree[link.a] += 1
         degree[link.b] += 1
