@@ -9,7 +9,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from worker.index import Ann, IndexCorrupt, VectorIndex
+from worker.index import FORMAT_VERSION, Ann, IndexCorrupt, VectorIndex
 
 DIM = 16
 
@@ -138,6 +138,28 @@ def test_ivf_removes_for_real_and_replaces_a_readded_seq() -> None:
     assert not np.isin(seqs, np.arange(0, 600, 2)).any()
     assert index.search(new, k=1)[1][0, 0] == 1
     np.testing.assert_array_equal(seqs[600:, 0], np.arange(600, 2_000))
+
+
+def test_ivf_scores_are_the_cosine_within_float16_error() -> None:
+    index, vecs = filled(2_000, ann_threshold=50)
+    queries = unit_vectors(50, seed=7)
+
+    scores, seqs = index.search(queries, k=5)
+    exact = np.einsum("qd,qkd->qk", queries, vecs[seqs])
+
+    assert index.kind == "ivf"
+    np.testing.assert_allclose(scores, exact, atol=2e-3)
+
+
+def test_ivf_keeps_its_vectors_through_a_retrain_within_float16_error() -> None:
+    index, vecs = filled(300, ann_threshold=50)
+    more = unit_vectors(1_000, seed=3)
+
+    index.add(np.arange(300, 1_300, dtype=np.int64), more)  # 4x growth: retrained from export
+    scores, seqs = index.search(vecs, k=1)
+
+    np.testing.assert_array_equal(seqs[:, 0], np.arange(300))
+    np.testing.assert_allclose(scores[:, 0], 1.0, atol=2e-3)
 
 
 def test_ivf_retrains_as_it_grows_and_goes_flat_when_it_shrinks(
@@ -278,6 +300,19 @@ def test_load_of_a_missing_file_raises_index_corrupt(tmp_path: pathlib.Path) -> 
 def test_load_of_garbage_raises_index_corrupt(tmp_path: pathlib.Path, garbage: bytes) -> None:
     path = tmp_path / "ns.zqindex"
     path.write_bytes(garbage)
+
+    with pytest.raises(IndexCorrupt):
+        VectorIndex.load(path)
+
+
+def test_load_of_an_older_snapshot_format_raises_index_corrupt(tmp_path: pathlib.Path) -> None:
+    path = tmp_path / "ns.zqindex"
+    filled(2_000, ann_threshold=50)[0].save(path)
+    raw = bytearray(path.read_bytes())
+    version = np.int64(FORMAT_VERSION).tobytes()
+    at = raw.index(version)  # the header's first field, after the npy preamble
+    raw[at : at + 8] = np.int64(FORMAT_VERSION - 1).tobytes()
+    path.write_bytes(bytes(raw))
 
     with pytest.raises(IndexCorrupt):
         VectorIndex.load(path)
