@@ -87,25 +87,35 @@ def audit(
     after: Any = None,
 ) -> None:
     """Append one audit entry: who (actor), what (op, id), when, before/after, source."""
-    entry = {
-        "ts": repr(time.time()),
-        "op": op,
-        "id": note_id,
-        "actor": actor,
-        "source": source,
-        "before": msgpack.packb(before, use_bin_type=True),
-        "after": msgpack.packb(after, use_bin_type=True),
-    }
-    pipe.xadd(keys.audit(ns), entry)
+    pipe.execute_command(
+        "XADD",
+        keys.audit(ns),
+        "*",
+        "ts",
+        repr(time.time()),
+        "op",
+        op,
+        "id",
+        note_id,
+        "actor",
+        actor,
+        "source",
+        source,
+        "before",
+        msgpack.packb(before, use_bin_type=True),
+        "after",
+        msgpack.packb(after, use_bin_type=True),
+    )
 
 
 def write_notes(pipe: Pipeline, keys: Keys, ns: str, writes: Sequence[NoteWrite], cap: int) -> None:
     """The note hashes, the active set, the seq map and one change-log entry for all of them."""
     for note in writes:
-        pipe.hset(keys.note(ns, note.id), mapping={**encode_fields(note.fields), "vec": note.vec})
-    pipe.zadd(keys.active(ns), {n.id: n.seq for n in writes})
-    pipe.zrem(keys.tombstoned(ns), *[n.id for n in writes])
-    pipe.hset(keys.seqs(ns), mapping={str(n.seq): n.id for n in writes})
+        args = [x for pair in encode_fields(note.fields).items() for x in pair]
+        pipe.execute_command("HSET", keys.note(ns, note.id), *args, "vec", note.vec)
+    pipe.execute_command("ZADD", keys.active(ns), *[x for n in writes for x in (n.seq, n.id)])
+    pipe.execute_command("ZREM", keys.tombstoned(ns), *[n.id for n in writes])
+    pipe.execute_command("HSET", keys.seqs(ns), *[x for n in writes for x in (n.seq, n.id)])
     log_change(pipe, keys, ns, "add", [(n.seq, n.id) for n in writes], cap)
 
 
@@ -128,21 +138,25 @@ def write_links(pipe: Pipeline, keys: Keys, ns: str, links: Iterable[Link], sour
     else ``source``): one ZADD and one HSET per note touched (plain commands: a script doing the
     same costs Redis about 60% more CPU per batch). Returns how many were written."""
     now = time.time()
-    weights: dict[str, dict[str, float]] = {}
-    metas: dict[str, dict[str, bytes]] = {}
+    weights: dict[str, list[Any]] = {}  # note -> ZADD arguments (weight, neighbour, ...)
+    metas: dict[str, list[Any]] = {}  # note -> HSET arguments (neighbour, meta, ...)
     count = 0
-    for link in links:
-        meta = msgpack.packb(
-            {"reason": link.reason, "label": link.label, "source": link.source or source, "at": now}
-        )
-        weights.setdefault(link.a, {})[link.b] = link.weight
-        metas.setdefault(link.a, {})[link.b] = meta
-        weights.setdefault(link.b, {})[link.a] = link.weight
-        metas.setdefault(link.b, {})[link.a] = meta
+    for a, b, weight, reason, label, own in links:
+        meta = msgpack.packb({"reason": reason, "label": label, "source": own or source, "at": now})
+        if a in weights:
+            weights[a] += (weight, b)
+            metas[a] += (b, meta)
+        else:
+            weights[a], metas[a] = [weight, b], [b, meta]
+        if b in weights:
+            weights[b] += (weight, a)
+            metas[b] += (a, meta)
+        else:
+            weights[b], metas[b] = [weight, a], [a, meta]
         count += 1
-    for nid, nbs in weights.items():
-        pipe.zadd(keys.links(ns, nid), nbs)
-        pipe.hset(keys.linkmeta(ns, nid), mapping=metas[nid])
+    for nid, args in weights.items():
+        pipe.execute_command("ZADD", keys.links(ns, nid), *args)
+        pipe.execute_command("HSET", keys.linkmeta(ns, nid), *metas[nid])
     return count
 
 
@@ -150,10 +164,10 @@ def unlink_all(pipe: Pipeline, keys: Keys, ns: str, note_id: str, neighbours: It
     """Remove every link of ``note_id`` from both sides; return how many were removed."""
     count = 0
     for nb in neighbours:
-        pipe.zrem(keys.links(ns, nb), note_id)
-        pipe.hdel(keys.linkmeta(ns, nb), note_id)
+        pipe.execute_command("ZREM", keys.links(ns, nb), note_id)
+        pipe.execute_command("HDEL", keys.linkmeta(ns, nb), note_id)
         count += 1
-    pipe.delete(keys.links(ns, note_id), keys.linkmeta(ns, note_id))
+    pipe.execute_command("DEL", keys.links(ns, note_id), keys.linkmeta(ns, note_id))
     return count
 
 
@@ -161,8 +175,8 @@ def unlink_pairs(pipe: Pipeline, keys: Keys, ns: str, pairs: Iterable[tuple[str,
     """Remove single links ``a`` - ``b`` from both sides."""
     for a, b in pairs:
         for x, y in ((a, b), (b, a)):
-            pipe.zrem(keys.links(ns, x), y)
-            pipe.hdel(keys.linkmeta(ns, x), y)
+            pipe.execute_command("ZREM", keys.links(ns, x), y)
+            pipe.execute_command("HDEL", keys.linkmeta(ns, x), y)
 
 
 def read_link_meta(
