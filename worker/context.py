@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import gc
 import os
 import socket
 import threading
@@ -15,6 +16,13 @@ from worker.embedding import Embedder
 from worker.model_embedding import build_embedder
 from worker.projection import Projection, open_projection
 from worker.settings import WorkerSettings
+
+#: Python's youngest GC generation is collected once this many more container objects were
+#: allocated than freed (Python's default is 700). A batch allocates hundreds of thousands of
+#: short-lived ones; at 700 they outlive two collections, reach the oldest generation and set
+#: off full collections, each a scan of every projection (about 90 ms at 100k notes). At the
+#: default, ingest of 100k notes spent 14 of its 75 s in the collector; at this value, 0.2 s.
+GC_YOUNG_THRESHOLD = 100_000
 
 
 @dataclass
@@ -33,6 +41,9 @@ class WorkerContext:
 
     @classmethod
     def build(cls, settings: WorkerSettings) -> WorkerContext:
+        """The context of a worker or searcher process; also sets the process's GC threshold."""
+        _, older, oldest = gc.get_threshold()
+        gc.set_threshold(GC_YOUNG_THRESHOLD, older, oldest)
         redis = Redis.from_url(
             settings.redis_url, socket_timeout=settings.socket_timeout_s, **redis_kwargs(settings)
         )
