@@ -17,13 +17,12 @@ from producer.protocol import PACKED_FIELDS, Hit
 from worker import ranking
 from worker.bulk import BulkPipeline, pairs, scored
 from worker.context import WorkerContext
+from worker.notes import LINKS_SCAN
 
 #: Fields every candidate needs to be ranked (small: no content, no vector).
 RANK_FIELDS = ("status", "importance", "last_access", "created_at", "valid_to")
 #: Fields the filters need besides those (read with them when a search filters).
 FILTER_FIELDS = ("kind", "agent", "tags", "event_time")
-#: A link set read with ZSCAN comes back whole while under this many links (see queue_links).
-LINKS_SCAN = 10_000
 #: Fields only the returned hits need (the vector last).
 HIT_FIELDS = (
     "content",

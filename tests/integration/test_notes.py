@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import msgpack
+import pytest
 from redis import Redis
 
 from producer.keys import Keys
@@ -38,3 +39,18 @@ def test_write_links_writes_both_sides_with_label_and_source(redis_db: Redis) ->
     )
     pair = notes.link_meta(redis_db.hget(keys.linkmeta("ns", "n1"), "n0"))
     assert (pair["reason"], pair["label"], pair["source"]) == ("pair", "supports", "model:x")
+
+
+@pytest.mark.parametrize("degree", [5, 300])
+def test_read_links_returns_every_link_with_its_weight(
+    redis_db: Redis, monkeypatch: pytest.MonkeyPatch, degree: int
+) -> None:
+    """A link set past LINKS_SCAN (too large for one ZSCAN reply) is read again whole."""
+    monkeypatch.setattr(notes, "LINKS_SCAN", 50)
+    keys = Keys("t")
+    links = {f"n{i:03d}": round(0.1 + i / 1000, 4) for i in range(degree)}
+    redis_db.zadd(keys.links("ns", "a"), links)
+
+    got = notes.read_links(redis_db, keys, "ns", ["a", "none"])
+
+    assert got == {"a": links, "none": {}}
