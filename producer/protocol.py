@@ -221,9 +221,22 @@ def pack(message: BaseModel | Mapping[str, Any]) -> bytes:
 
 def unpack(model: type[M], data: bytes) -> M:
     """Decode msgpack bytes into ``model``; any failure is a ProtocolError."""
+    return validate(model, unpack_raw(data, model.__name__))
+
+
+def unpack_raw(data: bytes, what: str = "job") -> Any:
+    """Decode msgpack bytes (to validate with ``validate``, maybe as more than one model)."""
     try:
-        return model.model_validate(msgpack.unpackb(data, raw=False))
-    except (ValueError, TypeError, msgpack.UnpackException, ValidationError) as exc:
+        return msgpack.unpackb(data, raw=False)
+    except (ValueError, TypeError, msgpack.UnpackException) as exc:
+        raise ProtocolError(f"cannot decode {what}: {exc}") from exc
+
+
+def validate(model: type[M], obj: Any) -> M:
+    """``obj`` (decoded msgpack) as ``model``; any failure is a ProtocolError."""
+    try:
+        return model.model_validate(obj)
+    except (ValueError, TypeError, ValidationError) as exc:
         raise ProtocolError(f"cannot decode {model.__name__}: {exc}") from exc
 
 

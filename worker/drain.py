@@ -21,7 +21,15 @@ from redis.exceptions import TimeoutError as RedisTimeoutError
 
 from producer import validation
 from producer.errors import InvalidInput, ProtocolError
-from producer.protocol import PROTOCOL_VERSION, DeleteJob, JobHead, StoreJob, unpack
+from producer.protocol import (
+    PROTOCOL_VERSION,
+    DeleteJob,
+    JobHead,
+    StoreJob,
+    unpack,
+    unpack_raw,
+    validate,
+)
 from worker import notes
 from worker.context import WorkerContext
 from worker.dispatch import kick
@@ -230,14 +238,15 @@ def decode_job(ctx: WorkerContext, fields: dict[bytes, bytes]) -> StoreJob | Del
     payload = fields.get(b"j")
     if payload is None:
         raise ProtocolError("entry has no 'j' field")
-    head = unpack(JobHead, payload)
+    raw = unpack_raw(payload)
+    head = validate(JobHead, raw)
     if head.v != PROTOCOL_VERSION:
         raise ProtocolError(f"protocol version {head.v}; this worker speaks {PROTOCOL_VERSION}")
     job: StoreJob | DeleteJob
     if head.op == "store":
-        job = unpack(StoreJob, payload)
+        job = validate(StoreJob, raw)
     else:
-        job = unpack(DeleteJob, payload)
+        job = validate(DeleteJob, raw)
     validation.check_namespace(job.ns)
     validation.check_id(job.id)
     if isinstance(job, StoreJob):
