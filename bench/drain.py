@@ -8,8 +8,10 @@ notes each, queued before any worker starts (``load.py``'s texts, or ``foundatio
 ``--corpus foundation``). Then ``zettelq worker`` processes are started and ``stats()`` is
 polled every 0.2 s; the rate counts the notes organised between the first poll that sees one and
 the poll that sees all (worker start-up excluded). CPU seconds of the worker processes and of
-Redis over that span are read from /proc. Unlike ``load.py``, no producer or search competes with
-the workers for the host's cores, so this isolates how organisation itself scales out.
+Redis over that span are read from /proc, with the AOF rewrites Redis ran in it (each forks a
+child that writes the whole data set again, whose CPU the /proc reading misses once it exits).
+Unlike ``load.py``, no producer or search competes with the workers for the host's cores, so this
+isolates how organisation itself scales out.
 """
 
 from __future__ import annotations
@@ -109,7 +111,9 @@ def measure(
     procs: list[subprocess.Popen[bytes]],
     server: EmbeddedRedis,
 ) -> dict[str, float]:
-    redis_pid = int(Redis.from_url(server.url).info("server")["process_id"])
+    r = Redis.from_url(server.url)
+    redis_pid = int(r.info("server")["process_id"])
+    rewrites = int(r.info("persistence")["aof_rewrites"])
     first: tuple[float, int, float, float] | None = None
     while True:
         done = sum(mem.stats(ns).notes for ns in names)
@@ -124,6 +128,7 @@ def measure(
                 "seconds": span,
                 "worker cpu s": workers_cpu - first[2],
                 "redis cpu s": cpu_s(redis_pid) - first[3],
+                "aof rewrites": int(r.info("persistence")["aof_rewrites"]) - rewrites,
             }
         if any(p.poll() is not None for p in procs):
             raise RuntimeError(f"a worker exited; see the log of {server.url}")
@@ -144,12 +149,14 @@ def main() -> int:
             row = run(workers, args, Path(tmp))
             rows.append(row)
             log.info(
-                "workers=%d: %.0f notes/s over %.1f s; worker CPU %.1f s, Redis CPU %.1f s",
+                "workers=%d: %.0f notes/s over %.1f s; worker CPU %.1f s, Redis CPU %.1f s, "
+                "%d AOF rewrites",
                 workers,
                 row["notes/s"],
                 row["seconds"],
                 row["worker cpu s"],
                 row["redis cpu s"],
+                row["aof rewrites"],
             )
     if len(rows) > 1:
         log.info("notes/s ratio: %.2f", rows[1]["notes/s"] / rows[0]["notes/s"])
