@@ -47,17 +47,19 @@ def terms_of(tokens: list[str]) -> list[str]:
     return [stem(w) for w in tokens if w not in STOPWORDS and len(w) > 1]
 
 
-def _top(seqs: Ints, totals: Floats, k: int, repeats: int) -> list[tuple[int, float]]:
+def _top(seqs: Ints, totals: Floats, k: int, parts: list[Floats]) -> list[tuple[int, float]]:
     """The k best positive totals of ``seqs``, best first, ties broken by the lower seq
-    (deterministic even at the k-th place). A seq appears up to ``repeats`` times in ``seqs``,
-    so only those whose total reaches the (k x repeats)-th largest of its entries can be among
-    the k best: fewer than k seqs have a higher total, and none appears more often."""
-    gathered = totals[seqs]
-    wide = k * repeats
-    if len(gathered) > wide:
-        floor = np.partition(gathered, len(gathered) - wide)[len(gathered) - wide]
-        seqs = seqs[gathered >= floor]
-    hit = np.unique(seqs)
+    (deterministic even at the k-th place). ``parts`` are each term's (non-negative) shares of
+    the totals, one per seq of its posting: a total is at least any of its parts, so the k-th
+    largest part of one term is a floor under the k-th best total, and only the seqs whose total
+    reaches it can be among the k best. The floor is taken from the term with the largest part
+    (usually the highest of the floors, and one partition instead of one over every entry)."""
+    best = max(parts, key=lambda p: float(p.max()))
+    if len(best) >= k:
+        floor = np.partition(best, len(best) - k)[len(best) - k]
+        hit = np.flatnonzero(totals >= floor)
+    else:
+        hit = np.unique(seqs)
     hit = hit[totals[hit] > 0]
     if len(hit) > k:
         kth = np.partition(totals[hit], len(hit) - k)[len(hit) - k]
@@ -143,7 +145,7 @@ class LexicalIndex:
         every = np.concatenate(seqs)
         # each seq's scores summed in query order (weighted bincount gives floats)
         totals = np.asarray(np.bincount(every, weights=np.concatenate(scores)), dtype=np.float64)
-        return _top(every, totals, k, len(terms))
+        return _top(every, totals, k, scores)
 
     def _term_weights(self, term: str, avgdl: float) -> tuple[Ints, Floats]:
         """The term's posting seqs and their BM25 weights before IDF at this ``avgdl``."""
