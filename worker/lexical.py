@@ -11,7 +11,7 @@ import heapq
 import math
 import threading
 from collections import Counter
-from collections.abc import Iterable
+from collections.abc import Collection, Iterable
 from functools import lru_cache
 
 import numpy as np
@@ -72,8 +72,10 @@ class LexicalIndex:
     """Postings (term -> seq -> tf) with document lengths; add/remove by seq.
 
     Scoring is vectorised: each term's posting is also kept as numpy arrays (seqs, tfs,
-    lengths), rebuilt lazily after the term's posting changes, with its BM25 weights (before
-    IDF) for the average document length they were last computed at."""
+    lengths), with its BM25 weights (before IDF) for the average document length they were last
+    computed at. The first search builds every term's arrays at once; notes added later are
+    appended to them at the next search that needs the term, and a term whose posting loses a
+    note has its arrays rebuilt then. The arrays always hold the posting in its dict order."""
 
     def __init__(self, k1: float = K1, b: float = B) -> None:
         self.k1 = k1
@@ -83,6 +85,9 @@ class LexicalIndex:
         self.lengths: dict[int, int] = {}
         self.total_len = 0
         self._arrays: dict[str, tuple[Ints, Floats, Floats]] = {}
+        #: term -> seqs added to its posting since its arrays were last brought up to date
+        self._added: dict[str, list[int]] = {}
+        self._built = False  #: whether every term's arrays were built (done by the first search)
         self._weights: dict[str, tuple[float, Floats]] = {}  #: term -> (avgdl, BM25 weights)
         self._lengths: Floats = np.zeros(0)  #: seq -> document length, for building arrays
 
@@ -103,8 +108,13 @@ class LexicalIndex:
         self._lengths[seq] = length
         for term, tf in counts.items():
             self.postings.setdefault(term, {})[seq] = tf
-            self._arrays.pop(term, None)
             self._weights.pop(term, None)
+            arrays = self._arrays.get(term)
+            if arrays is not None:
+                added = self._added.setdefault(term, [])
+                added.append(seq)
+                if len(added) > len(arrays[0]):  # rebuilding from the posting is as cheap
+                    del self._arrays[term], self._added[term]
 
     def remove(self, seq: int) -> None:
         counts = self.docs.pop(seq, None)
@@ -115,6 +125,7 @@ class LexicalIndex:
             posting = self.postings[term]
             del posting[seq]
             self._arrays.pop(term, None)
+            self._added.pop(term, None)
             self._weights.pop(term, None)
             if not posting:
                 del self.postings[term]
@@ -158,13 +169,30 @@ class LexicalIndex:
         return seqs, cached[1]
 
     def _posting_arrays(self, term: str) -> tuple[Ints, Floats, Floats]:
+        if not self._built:
+            self._built = True
+            for name, posting in self.postings.items():
+                if name not in self._arrays:
+                    self._arrays[name] = self._arrays_of(posting.keys(), posting.values())
+        posting = self.postings[term]
         arrays = self._arrays.get(term)
         if arrays is None:
-            posting = self.postings[term]
-            seqs = np.fromiter(posting.keys(), dtype=np.int64, count=len(posting))
-            tfs = np.fromiter(posting.values(), dtype=np.float64, count=len(posting))
-            arrays = self._arrays[term] = (seqs, tfs, self._lengths[seqs])
+            arrays = self._arrays[term] = self._arrays_of(posting.keys(), posting.values())
+        added = self._added.pop(term, None)
+        if added:
+            more = self._arrays_of(added, map(posting.__getitem__, added))
+            arrays = self._arrays[term] = (
+                np.concatenate((arrays[0], more[0])),
+                np.concatenate((arrays[1], more[1])),
+                np.concatenate((arrays[2], more[2])),
+            )
         return arrays
+
+    def _arrays_of(self, seqs: Collection[int], tfs: Iterable[int]) -> tuple[Ints, Floats, Floats]:
+        """The (seqs, tfs, lengths) arrays of these seqs and their term frequencies."""
+        at = np.fromiter(seqs, dtype=np.int64, count=len(seqs))
+        counts = np.fromiter(tfs, dtype=np.float64, count=len(seqs))
+        return at, counts, self._lengths[at]
 
     def expand(
         self, terms: list[str], feedback_docs: int, feedback_terms: int, weight: float
