@@ -47,16 +47,20 @@ def terms_of(tokens: list[str]) -> list[str]:
     return [stem(w) for w in tokens if w not in STOPWORDS and len(w) > 1]
 
 
-def _top(seqs: Ints, totals: Floats, k: int, parts: list[Floats]) -> list[tuple[int, float]]:
+def _top(
+    seqs: Ints, totals: Floats, k: int, parts: list[Floats], scales: list[float]
+) -> list[tuple[int, float]]:
     """The k best positive totals of ``seqs``, best first, ties broken by the lower seq
     (deterministic even at the k-th place). ``parts`` are each term's (non-negative) shares of
-    the totals, one per seq of its posting: a total is at least any of its parts, so the k-th
-    largest part of one term is a floor under the k-th best total, and only the seqs whose total
-    reaches it can be among the k best. The floor is taken from the term with the largest part
-    (usually the highest of the floors, and one partition instead of one over every entry)."""
-    best = max(parts, key=lambda p: float(p.max()))
-    if len(best) >= k:
-        floor = np.partition(best, len(best) - k)[len(best) - k]
+    the totals, one per seq of its posting, BM25 weights times the term's ``scales``: a total is
+    at least any of its shares, so the k-th largest share of one term is a floor under the k-th
+    best total, and only the seqs whose total reaches it can be among the k best. The floor
+    comes from the term scaled most among those with k shares or more (one partition of its
+    posting instead of one over every entry)."""
+    wide = [i for i, part in enumerate(parts) if len(part) >= k]
+    if wide:
+        part = parts[max(wide, key=scales.__getitem__)]
+        floor = np.partition(part, len(part) - k)[len(part) - k]
         hit = np.flatnonzero(totals >= floor)
     else:
         hit = np.unique(seqs)
@@ -149,14 +153,17 @@ class LexicalIndex:
         avgdl = max(self.total_len / len(self.docs), 1.0)
         seqs: list[Ints] = []
         scores: list[Floats] = []
+        scales: list[float] = []
         for term, weight in terms:
             posting, bm25 = self._term_weights(term, avgdl)
+            scale = self.idf(term) * weight
             seqs.append(posting)
-            scores.append(bm25 * (self.idf(term) * weight))
+            scores.append(bm25 * scale)
+            scales.append(scale)
         every = np.concatenate(seqs)
         # each seq's scores summed in query order (weighted bincount gives floats)
         totals = np.asarray(np.bincount(every, weights=np.concatenate(scores)), dtype=np.float64)
-        return _top(every, totals, k, scores)
+        return _top(every, totals, k, scores, scales)
 
     def _term_weights(self, term: str, avgdl: float) -> tuple[Ints, Floats]:
         """The term's posting seqs and their BM25 weights before IDF at this ``avgdl``."""
