@@ -236,8 +236,8 @@ def pack_reply(reply: Reply, *, compact_links: bool) -> bytes:
     producer asked for it (``SearchJob.compact_links``): ``links`` is the neighbour ids as one
     string joined by spaces (no id has one), ``link_weights`` their weights and, when the labels
     are of those same neighbours, ``link_labels`` the labels, in that order. Neighbour ids come
-    once instead of twice,
-    and as one string: a 10-hit search reply is a quarter smaller and decodes in 2/3 the time."""
+    once instead of twice, and in one string: a 10-hit search reply at 100k notes is a quarter
+    smaller and decodes in about 2/3 the time."""
     data = _fields(reply)
     if compact_links:
         data["hits"] = [_compact_links(hit) for hit in data["hits"]]
