@@ -175,7 +175,6 @@ class ClientCore:
             diversity=v.check_unit_float(fields.get("diversity"), "diversity") or 0.0,
             max_tokens=v.check_int(fields.get("max_tokens", 2000), "max_tokens", 16, 1_000_000),
             deadline=time.time() + timeout_s,
-            compact_links=True,
         )
         if not self.signing_keys:
             return job

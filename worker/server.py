@@ -16,7 +16,7 @@ from redis.exceptions import TimeoutError as RedisTimeoutError
 
 from producer.core import redis_kwargs
 from producer.errors import ProtocolError
-from producer.protocol import Reply, SearchJob, pack_reply, unpack
+from producer.protocol import Reply, SearchJob, pack, unpack
 from worker import search
 from worker.bulk import BulkPipeline
 from worker.context import WorkerContext
@@ -50,7 +50,7 @@ def serve_once(ctx: WorkerContext, conn: Redis, timeout_s: float = POLL_S) -> bo
         reply = Reply(job_id=job.job_id, ok=False, error=f"worker error: {exc!r}")
     if reply is not None:
         pipe = BulkPipeline(ctx.redis)
-        pipe.lpush(ctx.keys.reply(job.job_id), pack_reply(reply, compact_links=job.compact_links))
+        pipe.lpush(ctx.keys.reply(job.job_id), pack(reply))
         pipe.expire(ctx.keys.reply(job.job_id), ctx.settings.result_ttl_s)
         search.touch(pipe, ctx.keys, reply.hits, time.time())
         pipe.execute()

@@ -223,7 +223,6 @@ def test_search_job_defaults() -> None:
     assert (job.kind, job.namespaces, job.query) == ("search", ["home"], "orders")
     assert (job.k, job.hops, job.filters, job.fresh, job.max_tokens) == (10, 1, {}, True, 2000)
     assert before + 7.0 <= job.deadline <= time.time() + 7.0
-    assert job.compact_links  # this producer reads hits' links in their compact form
 
 
 def test_search_job_takes_options() -> None:

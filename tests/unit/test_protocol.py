@@ -22,7 +22,6 @@ from producer.protocol import (
     new_id,
     note_from_hash,
     pack,
-    pack_reply,
     unpack,
 )
 from worker.notes import encode_fields
@@ -109,40 +108,6 @@ def test_a_reply_keeps_its_hits_in_order_with_every_field() -> None:
     assert [h.id for h in reply.hits] == ["n1", "n2"]
     assert reply.hits[0] == a_hit("n1")
     assert reply.v == PROTOCOL_VERSION
-
-
-def test_a_reply_with_compact_links_decodes_to_the_same_hits() -> None:
-    links = {f"{i:032x}": i / 20 for i in range(1, 16)}
-    labels = {nid: "related" for nid in reversed(links)}
-    linked = a_hit("n1").model_copy(update={"links": links, "link_labels": labels})
-    stray = a_hit("n4").model_copy(update={"link_labels": {"gone": "related"}})
-    spaced = a_hit("n5").model_copy(update={"links": {"a b": 0.5}, "link_labels": {}})
-    bare = a_hit("n6").model_copy(update={"links": {}, "link_labels": {}})
-    reply = Reply(job_id="j", hits=[linked, stray, spaced, bare])
-
-    packed = pack_reply(reply, compact_links=True)
-
-    assert unpack(Reply, packed) == reply
-    assert pack_reply(reply, compact_links=False) == pack(reply)
-    wire = msgpack.unpackb(packed)["hits"]
-    assert [(type(h["links"]), type(h["link_labels"])) for h in wire] == [
-        (str, list),
-        (str, dict),
-        (dict, dict),
-        (str, list),
-    ]
-    one = Reply(job_id="j", hits=[linked])
-    assert len(pack_reply(one, compact_links=True)) < 0.75 * len(pack(one))
-
-
-def test_compact_links_that_do_not_add_up_are_a_protocol_error() -> None:
-    wire = msgpack.unpackb(pack_reply(Reply(job_id="j", hits=[a_hit()]), compact_links=True))
-    wire["hits"][0]["link_weights"] = [0.5, 0.25]
-    with pytest.raises(ProtocolError):
-        unpack(Reply, msgpack.packb(wire))
-    wire["hits"][0]["link_weights"] = ["heavy"]
-    with pytest.raises(ProtocolError):
-        unpack(Reply, msgpack.packb(wire))
 
 
 def test_pack_accepts_a_plain_mapping() -> None:
