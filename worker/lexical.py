@@ -11,7 +11,7 @@ import heapq
 import math
 import threading
 from collections import Counter
-from collections.abc import Iterable
+from collections.abc import Collection, Iterable
 from functools import lru_cache
 
 import numpy as np
@@ -47,17 +47,23 @@ def terms_of(tokens: list[str]) -> list[str]:
     return [stem(w) for w in tokens if w not in STOPWORDS and len(w) > 1]
 
 
-def _top(seqs: Ints, totals: Floats, k: int, repeats: int) -> list[tuple[int, float]]:
+def _top(
+    seqs: Ints, totals: Floats, k: int, parts: list[Floats], scales: list[float]
+) -> list[tuple[int, float]]:
     """The k best positive totals of ``seqs``, best first, ties broken by the lower seq
-    (deterministic even at the k-th place). A seq appears up to ``repeats`` times in ``seqs``,
-    so only those whose total reaches the (k x repeats)-th largest of its entries can be among
-    the k best: fewer than k seqs have a higher total, and none appears more often."""
-    gathered = totals[seqs]
-    wide = k * repeats
-    if len(gathered) > wide:
-        floor = np.partition(gathered, len(gathered) - wide)[len(gathered) - wide]
-        seqs = seqs[gathered >= floor]
-    hit = np.unique(seqs)
+    (deterministic even at the k-th place). ``parts`` are each term's (non-negative) shares of
+    the totals, one per seq of its posting, BM25 weights times the term's ``scales``: a total is
+    at least any of its shares, so the k-th largest share of one term is a floor under the k-th
+    best total, and only the seqs whose total reaches it can be among the k best. The floor
+    comes from the term scaled most among those with k shares or more (one partition of its
+    posting instead of one over every entry)."""
+    wide = [i for i, part in enumerate(parts) if len(part) >= k]
+    if wide:
+        part = parts[max(wide, key=scales.__getitem__)]
+        floor = np.partition(part, len(part) - k)[len(part) - k]
+        hit = np.flatnonzero(totals >= floor)
+    else:
+        hit = np.unique(seqs)
     hit = hit[totals[hit] > 0]
     if len(hit) > k:
         kth = np.partition(totals[hit], len(hit) - k)[len(hit) - k]
@@ -70,8 +76,10 @@ class LexicalIndex:
     """Postings (term -> seq -> tf) with document lengths; add/remove by seq.
 
     Scoring is vectorised: each term's posting is also kept as numpy arrays (seqs, tfs,
-    lengths), rebuilt lazily after the term's posting changes, with its BM25 weights (before
-    IDF) for the average document length they were last computed at."""
+    lengths), with its BM25 weights (before IDF) for the average document length they were last
+    computed at. The first search builds every term's arrays at once; notes added later are
+    appended to them at the next search that needs the term, and a term whose posting loses a
+    note has its arrays rebuilt then. The arrays always hold the posting in its dict order."""
 
     def __init__(self, k1: float = K1, b: float = B) -> None:
         self.k1 = k1
@@ -81,6 +89,9 @@ class LexicalIndex:
         self.lengths: dict[int, int] = {}
         self.total_len = 0
         self._arrays: dict[str, tuple[Ints, Floats, Floats]] = {}
+        #: term -> seqs added to its posting since its arrays were last brought up to date
+        self._added: dict[str, list[int]] = {}
+        self._built = False  #: whether every term's arrays were built (done by the first search)
         self._weights: dict[str, tuple[float, Floats]] = {}  #: term -> (avgdl, BM25 weights)
         self._lengths: Floats = np.zeros(0)  #: seq -> document length, for building arrays
 
@@ -101,8 +112,13 @@ class LexicalIndex:
         self._lengths[seq] = length
         for term, tf in counts.items():
             self.postings.setdefault(term, {})[seq] = tf
-            self._arrays.pop(term, None)
             self._weights.pop(term, None)
+            arrays = self._arrays.get(term)
+            if arrays is not None:
+                added = self._added.setdefault(term, [])
+                added.append(seq)
+                if len(added) > len(arrays[0]):  # rebuilding from the posting is as cheap
+                    del self._arrays[term], self._added[term]
 
     def remove(self, seq: int) -> None:
         counts = self.docs.pop(seq, None)
@@ -113,6 +129,7 @@ class LexicalIndex:
             posting = self.postings[term]
             del posting[seq]
             self._arrays.pop(term, None)
+            self._added.pop(term, None)
             self._weights.pop(term, None)
             if not posting:
                 del self.postings[term]
@@ -136,14 +153,17 @@ class LexicalIndex:
         avgdl = max(self.total_len / len(self.docs), 1.0)
         seqs: list[Ints] = []
         scores: list[Floats] = []
+        scales: list[float] = []
         for term, weight in terms:
             posting, bm25 = self._term_weights(term, avgdl)
+            scale = self.idf(term) * weight
             seqs.append(posting)
-            scores.append(bm25 * (self.idf(term) * weight))
+            scores.append(bm25 * scale)
+            scales.append(scale)
         every = np.concatenate(seqs)
         # each seq's scores summed in query order (weighted bincount gives floats)
         totals = np.asarray(np.bincount(every, weights=np.concatenate(scores)), dtype=np.float64)
-        return _top(every, totals, k, len(terms))
+        return _top(every, totals, k, scores, scales)
 
     def _term_weights(self, term: str, avgdl: float) -> tuple[Ints, Floats]:
         """The term's posting seqs and their BM25 weights before IDF at this ``avgdl``."""
@@ -156,13 +176,30 @@ class LexicalIndex:
         return seqs, cached[1]
 
     def _posting_arrays(self, term: str) -> tuple[Ints, Floats, Floats]:
+        if not self._built:
+            self._built = True
+            for name, posting in self.postings.items():
+                if name not in self._arrays:
+                    self._arrays[name] = self._arrays_of(posting.keys(), posting.values())
+        posting = self.postings[term]
         arrays = self._arrays.get(term)
         if arrays is None:
-            posting = self.postings[term]
-            seqs = np.fromiter(posting.keys(), dtype=np.int64, count=len(posting))
-            tfs = np.fromiter(posting.values(), dtype=np.float64, count=len(posting))
-            arrays = self._arrays[term] = (seqs, tfs, self._lengths[seqs])
+            arrays = self._arrays[term] = self._arrays_of(posting.keys(), posting.values())
+        added = self._added.pop(term, None)
+        if added:
+            more = self._arrays_of(added, map(posting.__getitem__, added))
+            arrays = self._arrays[term] = (
+                np.concatenate((arrays[0], more[0])),
+                np.concatenate((arrays[1], more[1])),
+                np.concatenate((arrays[2], more[2])),
+            )
         return arrays
+
+    def _arrays_of(self, seqs: Collection[int], tfs: Iterable[int]) -> tuple[Ints, Floats, Floats]:
+        """The (seqs, tfs, lengths) arrays of these seqs and their term frequencies."""
+        at = np.fromiter(seqs, dtype=np.int64, count=len(seqs))
+        counts = np.fromiter(tfs, dtype=np.float64, count=len(seqs))
+        return at, counts, self._lengths[at]
 
     def expand(
         self, terms: list[str], feedback_docs: int, feedback_terms: int, weight: float

@@ -14,6 +14,7 @@ from producer.protocol import (
     DeleteJob,
     Hit,
     JobHead,
+    JobRun,
     Note,
     Reply,
     SearchJob,
@@ -85,6 +86,20 @@ def a_hit(note_id: str = "n1", score: float = 0.5) -> Hit:
 )
 def test_pack_then_unpack_gives_back_an_equal_message(message: Any) -> None:
     assert unpack(type(message), pack(message)) == message
+
+
+@pytest.mark.parametrize(
+    "message",
+    [
+        Reply(job_id="j1", hits=[a_hit("n1", 0.9), a_hit("n2", 0.4)], text="ctx"),
+        Reply(job_id="j2", runs=[JobRun(job="evict", at=NOW, work=3, seconds=0.5)]),
+        SearchJob(job_id="j3", namespaces=["a"], filters={"tags": ["x"]}, deadline=NOW),
+        StoreJob(id="n1", ns="ns", content="c", metadata={"k": [1, {"a": None}]}, created_at=NOW),
+    ],
+    ids=lambda m: type(m).__name__,
+)
+def test_pack_writes_the_bytes_of_model_dump(message: Any) -> None:
+    assert pack(message) == msgpack.packb(message.model_dump(), use_bin_type=True)
 
 
 def test_a_reply_keeps_its_hits_in_order_with_every_field() -> None:
