@@ -21,6 +21,7 @@ import numpy.typing as npt
 
 from producer.protocol import DeleteJob, StoreJob
 from worker import construction, degree, llm_judge, notes, supersession
+from worker.bulk import BulkPipeline
 from worker.context import WorkerContext
 from worker.keywords import derive_tags, tokenize
 from worker.lease import Lease
@@ -101,7 +102,11 @@ def _store(
     started = time.perf_counter()
     ns = proj.ns
     latest = {job.id: (eid, job) for eid, job in entries}  # ids are unique within a round
-    existing = notes.read_notes(ctx.redis, ctx.keys, ns, list(latest))
+    pipe = BulkPipeline(ctx.redis)
+    read = notes.queue_notes(pipe, ctx.keys, ns, list(latest))
+    pipe.queue("GET", ctx.keys.tail(ns))  # only this namespace's commits (under its lock) set it
+    replies = pipe.execute()
+    existing, tail = read(replies), replies[-1]
     todo = [
         _Pending(eid, job, notes.unpack_fields(existing[nid]) if nid in existing else None)
         for nid, (eid, job) in latest.items()
@@ -116,7 +121,7 @@ def _store(
         position = proj.position
         found = _find(ctx, proj, todo)
     similar, queued = _propose(ctx, found)
-    links = dedupe_links(similar + _sequence(ctx, ns, todo) + _part_of(todo))
+    links = dedupe_links(similar + _sequence(ctx, tail, todo) + _part_of(todo))
     changes = _commit(ctx, lease, ns, todo, links, queued)
     with proj.lock:
         if proj.position == position:
@@ -125,7 +130,10 @@ def _store(
         else:
             catch_up(ctx, proj)
         index_stats = {"index_kind": proj.index.kind, "index_size": len(proj.index)}
-    ctx.redis.hset(ctx.keys.stats(ns), mapping=index_stats)
+    after = ctx.redis.pipeline(transaction=False)
+    after.hset(ctx.keys.stats(ns), mapping=index_stats)
+    after.sadd(ctx.keys.namespaces(), ns)
+    after.execute()
     supersession.on_ingest(ctx, lease, ns, {p.job.id: p.job.content for p in todo if p.relink})
     log.info(
         "store batch ns=%s n=%d links=%d in %.1fms",
@@ -136,14 +144,14 @@ def _store(
     )
 
 
-def _sequence(ctx: WorkerContext, ns: str, todo: list[_Pending]) -> list[Link]:
-    """Sequence links among the batch's new notes and to the namespace's previous note."""
+def _sequence(ctx: WorkerContext, tail: bytes | None, todo: list[_Pending]) -> list[Link]:
+    """Sequence links among the batch's new notes and to the namespace's previous note
+    (``tail``, as stored)."""
     s = ctx.settings
     steps = [_step(p.job) for p in todo if p.existing is None and p.parent is None]
     if not steps or s.sequence_weight <= 0:
         return []
-    raw = ctx.redis.get(ctx.keys.tail(ns))
-    previous = Step(*msgpack.unpackb(raw)) if raw else None
+    previous = Step(*msgpack.unpackb(tail)) if tail else None
     return sequence_links(previous, steps, s.sequence_window_s, s.sequence_weight)
 
 
@@ -400,7 +408,6 @@ def _commit(
             tail = _step(fresh[-1])
             pipe.set(keys.tail(ns), msgpack.packb(astuple(tail)))
         results = pipe.execute()
-    ctx.redis.sadd(keys.namespaces(), ns)
     return str(results[change_at].decode())
 
 

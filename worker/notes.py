@@ -7,7 +7,7 @@ their links on both sides, their change-log entries and their audit entries comm
 from __future__ import annotations
 
 import time
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -63,9 +63,23 @@ def decode_field(key: str, raw: bytes) -> Any:
 def read_notes(r: Redis, keys: Keys, ns: str, ids: Sequence[str]) -> dict[str, Fields]:
     """HGETALL of each id that exists (one round trip)."""
     pipe = BulkPipeline(r)
+    decode = queue_notes(pipe, keys, ns, ids)
+    return decode(pipe.execute())
+
+
+def queue_notes(
+    pipe: BulkPipeline, keys: Keys, ns: str, ids: Sequence[str]
+) -> Callable[[list[Any]], dict[str, Fields]]:
+    """Queue HGETALL of each id; the decoder returns the hashes of those that exist."""
+    start = len(pipe)
     for nid in ids:
-        pipe.hgetall(keys.note(ns, nid))
-    return {nid: fields(raw) for nid, raw in zip(ids, pipe.execute(), strict=True) if raw}
+        pipe.queue("HGETALL", keys.note(ns, nid))
+
+    def decode(replies: list[Any]) -> dict[str, Fields]:
+        rows = replies[start : start + len(ids)]
+        return {nid: fields(raw) for nid, raw in zip(ids, rows, strict=True) if raw}
+
+    return decode
 
 
 def read_links(r: Redis, keys: Keys, ns: str, ids: Sequence[str]) -> dict[str, dict[str, float]]:
