@@ -20,7 +20,7 @@ import numpy as np
 import numpy.typing as npt
 
 from producer.protocol import DeleteJob, StoreJob
-from worker import construction, degree, llm_judge, notes, supersession
+from worker import bulk, construction, degree, llm_judge, notes, supersession
 from worker.bulk import BulkPipeline
 from worker.context import WorkerContext
 from worker.keywords import derive_tags, tokenize
@@ -35,7 +35,7 @@ from worker.linking import (
     judge,
     sequence_links,
 )
-from worker.projection import Projection, catch_up
+from worker.projection import CATCH_UP_CHUNK, Prefetched, Projection, catch_up
 from worker.vector_cache import embed_cached
 
 log = logging.getLogger(__name__)
@@ -102,11 +102,16 @@ def _store(
     started = time.perf_counter()
     ns = proj.ns
     latest = {job.id: (eid, job) for eid, job in entries}  # ids are unique within a round
+    # One round trip: the stored versions, and two keys that only this namespace's writers
+    # (who hold its lock, as we do) change: the sequence tail and the change log.
     pipe = BulkPipeline(ctx.redis)
     read = notes.queue_notes(pipe, ctx.keys, ns, list(latest))
-    pipe.queue("GET", ctx.keys.tail(ns))  # only this namespace's commits (under its lock) set it
+    pipe.queue("GET", ctx.keys.tail(ns))
+    seen = proj.position
+    pipe.queue("XRANGE", ctx.keys.changes(ns), f"({seen}", "+", "COUNT", CATCH_UP_CHUNK)
     replies = pipe.execute()
-    existing, tail = read(replies), replies[-1]
+    existing, tail = read(replies), replies[-2]
+    logged: Prefetched = (seen, [(eid, bulk.fields(flat)) for eid, flat in replies[-1]])
     todo = [
         _Pending(eid, job, notes.unpack_fields(existing[nid]) if nid in existing else None)
         for nid, (eid, job) in latest.items()
@@ -117,7 +122,7 @@ def _store(
     todo += _construct(ctx, proj, lease, todo)
     _prepare(ctx, todo)
     with proj.lock:
-        catch_up(ctx, proj)
+        catch_up(ctx, proj, logged)
         position = proj.position
         found = _find(ctx, proj, todo)
     similar, queued = _propose(ctx, found)
