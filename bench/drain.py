@@ -29,7 +29,7 @@ from pathlib import Path
 from redis import Redis
 
 from bench.foundation import Corpus
-from bench.load import _text
+from bench.load import _text, cpu_s
 from producer import MemoryClient, ProducerSettings
 from producer.keys import Keys
 from worker.devserver import EmbeddedRedis
@@ -50,21 +50,6 @@ def namespaces(prefix: str, count: int) -> list[str]:
             shards.add(keys.shard_of(ns))
             names.append(ns)
     return names
-
-
-def cpu_s(pid: int) -> float:
-    """User + system CPU seconds of a process and its live descendants."""
-    total = 0.0
-    for entry in Path("/proc").iterdir():
-        if not entry.name.isdigit():
-            continue
-        try:
-            stat = (entry / "stat").read_text().rsplit(")", 1)[1].split()
-        except OSError:
-            continue
-        if int(entry.name) == pid or int(stat[1]) == pid:
-            total += (int(stat[11]) + int(stat[12])) / os.sysconf("SC_CLK_TCK")
-    return total
 
 
 def run(workers: int, args: argparse.Namespace, tmp: Path) -> dict[str, float]:

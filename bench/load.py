@@ -10,6 +10,8 @@ After ``--seconds`` the producers stop and the workers drain what is left; "orga
 every acknowledged note divided by the time from the first store until the backlog is empty,
 and "drain organised/s" the backlog left at the end divided by the time the workers took to
 empty it with the producers stopped (the workers' throughput without producers on the CPUs).
+Each row also gives the cores the worker processes and Redis used in each phase (CPU seconds
+from /proc over the phase's wall time) and the AOF rewrites Redis ran during the run.
 
 The check afterwards: each namespace's active notes are exactly the acknowledged ids, each was
 created once (one ``create`` in the audit stream), and worker.integrity finds no invalid,
@@ -116,6 +118,33 @@ def _spawn_workers(
     ]
 
 
+def cpu_s(pid: int) -> float:
+    """User + system CPU seconds of a process and its live descendants."""
+    total = 0.0
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            stat = (entry / "stat").read_text().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        if int(entry.name) == pid or int(stat[1]) == pid:
+            total += (int(stat[11]) + int(stat[12])) / os.sysconf("SC_CLK_TCK")
+    return total
+
+
+def _cpu(procs: list[subprocess.Popen[bytes]], redis_pid: int) -> tuple[float, float]:
+    """CPU seconds so far of the worker processes (with their pool processes) and of Redis."""
+    return sum(cpu_s(p.pid) for p in procs), cpu_s(redis_pid)
+
+
+def _cores(cpu: list[tuple[float, float]], i: int, load_s: float, drain_s: float) -> str:
+    """Cores used by one side in the load phase and in the drain phase, as "x.xx / y.yy"."""
+    load = (cpu[1][i] - cpu[0][i]) / load_s
+    drain = (cpu[2][i] - cpu[1][i]) / drain_s if drain_s > 0 else 0.0
+    return f"{load:.2f} / {drain:.2f}"
+
+
 def _backlog(ctx: WorkerContext) -> int:
     return sum(int(ctx.redis.xlen(ctx.keys.inbox(s))) for s in range(ctx.keys.shard_count))
 
@@ -146,6 +175,9 @@ def run(workers: int, args: argparse.Namespace, tmp: Path) -> dict[str, object]:
         try:
             with MemoryClient(settings) as mem:
                 mem.flush("warm-up", timeout_s=60)  # every worker is up and serving
+            redis_pid = int(ctx.redis.info("server")["process_id"])
+            rewrites = int(ctx.redis.info("persistence")["aof_rewrites"])
+            cpu = [_cpu(procs, redis_pid)]
             started = time.monotonic()
             with mp.Pool(args.producers) as pool:
                 jobs = [
@@ -160,10 +192,12 @@ def run(workers: int, args: argparse.Namespace, tmp: Path) -> dict[str, object]:
                 ]
                 results = pool.starmap(produce, jobs)
             load_s = time.monotonic() - started
+            cpu.append(_cpu(procs, redis_pid))
             backlog_end = _backlog(ctx)
             while _backlog(ctx):
                 time.sleep(0.05)
             organised_s = time.monotonic() - started
+            cpu.append(_cpu(procs, redis_pid))
             drain_s = organised_s - load_s
             acked = {ns: [i for r in results for i in r.acked[ns]] for ns in namespaces}
             stores = sum(len(v) for v in acked.values())
@@ -180,6 +214,9 @@ def run(workers: int, args: argparse.Namespace, tmp: Path) -> dict[str, object]:
                 "organised/s": round(stores / organised_s),
                 "drain organised/s": round(backlog_end / drain_s) if backlog_end else None,
                 "stored": stores,
+                "worker cores (load/drain)": _cores(cpu, 0, load_s, drain_s),
+                "redis cores (load/drain)": _cores(cpu, 1, load_s, drain_s),
+                "aof rewrites": int(ctx.redis.info("persistence")["aof_rewrites"]) - rewrites,
                 "errors": dict(errors),
                 **_verify(ctx, acked),
             }
