@@ -67,7 +67,8 @@ class _Pending:
 
 
 def handle_jobs(ctx: WorkerContext, ns: str, entries: Sequence[Entry]) -> None:
-    """Apply a namespace's jobs in inbox order (stores batched, deletes in between)."""
+    """Apply a namespace's jobs in inbox order (stores batched, deletes in between). Every
+    write is a fenced commit, which renews the lock and refuses to apply once it is lost."""
     lock = Lease(ctx.redis, ctx.keys.lock(ns), ctx.settings.lease_s, owner=ctx.consumer)
     with lock as lease, lease.kept():
         proj = ctx.projection(ns)
@@ -75,7 +76,6 @@ def handle_jobs(ctx: WorkerContext, ns: str, entries: Sequence[Entry]) -> None:
             items = list(group)
             if op == "store":
                 for round_ in _rounds(items):
-                    lease.renew()
                     _store(ctx, proj, lease, round_)  # type: ignore[arg-type]
             else:
                 _delete(ctx, proj, lease, items)  # type: ignore[arg-type]
