@@ -112,17 +112,20 @@ def test_empty_index_returns_only_padding() -> None:
     np.testing.assert_array_equal(seqs, [[-1, -1]])
 
 
-def test_index_becomes_ivf_past_the_threshold_and_still_finds_each_vector() -> None:
-    index, vecs = filled(40, ann_threshold=50)
+@pytest.mark.parametrize(("ann", "total"), [("ivf", 2_000), ("hnsw", 80)])
+def test_index_becomes_approximate_past_the_threshold_and_still_finds_each_vector(
+    ann: Ann, total: int
+) -> None:
+    index, vecs = filled(40, ann_threshold=50, ann=ann)
     kind_before = index.kind
 
-    more = unit_vectors(1_960, seed=1)
-    index.add(np.arange(40, 2_000, dtype=np.int64), more)
+    more = unit_vectors(total - 40, seed=1)
+    index.add(np.arange(40, total, dtype=np.int64), more)
     _, seqs = index.search(np.vstack([vecs, more]), k=1)
 
-    assert (kind_before, index.kind) == ("flat", "ivf")
-    assert len(index) == 2_000
-    np.testing.assert_array_equal(seqs[:, 0], np.arange(2_000))
+    assert (kind_before, index.kind) == ("flat", ann)
+    assert len(index) == total
+    np.testing.assert_array_equal(seqs[:, 0], np.arange(total))
 
 
 def test_ivf_removes_for_real_and_replaces_a_readded_seq() -> None:
@@ -177,19 +180,6 @@ def test_ivf_retrains_as_it_grows_and_goes_flat_when_it_shrinks(
     assert "index rebuilt kind=flat from=ivf n=40" in caplog.text
     assert (grown_to, index.kind, len(index)) == ("ivf", "flat", 40)
     np.testing.assert_array_equal(index.search(more[860:], k=1)[1][:, 0], np.arange(960, 1_000))
-
-
-def test_index_becomes_hnsw_past_the_threshold_and_still_finds_each_vector() -> None:
-    index, vecs = filled(40, ann_threshold=50, ann="hnsw")
-    kind_before = index.kind
-
-    more = unit_vectors(40, seed=1)
-    index.add(np.arange(40, 80, dtype=np.int64), more)
-    _, seqs = index.search(np.vstack([vecs, more]), k=1)
-
-    assert (kind_before, index.kind) == ("flat", "hnsw")
-    assert len(index) == 80
-    np.testing.assert_array_equal(seqs[:, 0], np.arange(80))
 
 
 def test_hnsw_hides_removed_seqs_and_still_returns_k_live_results() -> None:
