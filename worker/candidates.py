@@ -17,7 +17,7 @@ from producer.protocol import PACKED_FIELDS, Hit
 from worker import ranking
 from worker.bulk import BulkPipeline, pairs, scored
 from worker.context import WorkerContext
-from worker.notes import LINKS_SCAN
+from worker.notes import LINKS_SCAN, all_links
 
 #: Fields every candidate needs to be ranked (small: no content, no vector).
 RANK_FIELDS = ("status", "importance", "last_access", "created_at", "valid_to")
@@ -118,11 +118,7 @@ def queue_links(pipe: BulkPipeline, ctx: WorkerContext, cands: Iterable[Cand]) -
 
     def decoder(replies: list[Any]) -> None:
         for c, (cursor, row) in zip(todo, replies[start : start + len(todo)], strict=True):
-            if cursor == b"0":
-                c.links = scored(row)
-            else:
-                rows = ctx.redis.zrange(ctx.keys.links(c.ns, c.id), 0, -1, withscores=True)
-                c.links = {m.decode(): float(w) for m, w in rows}
+            c.links = scored(row) if cursor == b"0" else all_links(ctx.redis, ctx.keys, c.ns, c.id)
 
     return decoder
 

@@ -91,12 +91,15 @@ def read_links(r: Redis, keys: Keys, ns: str, ids: Sequence[str]) -> dict[str, d
         pipe.queue("ZSCAN", keys.links(ns, nid), 0, "COUNT", LINKS_SCAN)
     out: dict[str, dict[str, float]] = {}
     for nid, (cursor, row) in zip(ids, pipe.execute(), strict=True):
-        if cursor == b"0":
-            out[nid] = scored(row)
-        else:
-            rows = r.zrange(keys.links(ns, nid), 0, -1, withscores=True)
-            out[nid] = {m.decode(): float(w) for m, w in rows}
+        out[nid] = scored(row) if cursor == b"0" else all_links(r, keys, ns, nid)
     return out
+
+
+def all_links(r: Redis, keys: Keys, ns: str, note_id: str) -> dict[str, float]:
+    """Neighbour -> weight of one note, read whole with ZRANGE (for a set one ZSCAN reply did
+    not hold)."""
+    rows = r.zrange(keys.links(ns, note_id), 0, -1, withscores=True)
+    return {m.decode(): float(w) for m, w in rows}
 
 
 def audit(
