@@ -85,6 +85,21 @@ class BulkTransaction(Pipeline):  # type: ignore[misc]  # redis-py's Pipeline is
     def __init__(self, r: Redis) -> None:
         super().__init__(r.connection_pool, r.response_callbacks, True, None)
 
+    def watch_get(self, key: str) -> Any:
+        """WATCH ``key`` and GET it in one round trip; the pipeline keeps the connection (as
+        ``watch()`` does) until ``execute()`` or ``reset()``."""
+        conn: Connection | None = getattr(self, "connection", None)  # untyped in redis-py
+        if conn is None:
+            conn = self.connection = self.connection_pool.get_connection()
+        try:
+            conn.send_packed_command([_pack([(("WATCH", key), {}), (("GET", key), {})])])
+            replies = _raise_first([_read(conn), _read(conn)])
+        except BaseException:
+            conn.disconnect()  # replies may be left unread: the connection cannot be reused
+            raise
+        self.watching = True
+        return replies[1]
+
     def _execute_transaction(
         self, connection: Connection, commands: Commands, raise_on_error: bool
     ) -> list[Any]:

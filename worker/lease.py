@@ -14,12 +14,14 @@ import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from types import TracebackType
+from typing import Any
 
 from redis import Redis
 from redis.client import Pipeline
+from redis.connection import Connection
 from redis.exceptions import RedisError, WatchError
 
-from worker.bulk import BulkTransaction
+from worker.bulk import BulkTransaction, Commands
 
 log = logging.getLogger(__name__)
 
@@ -53,6 +55,15 @@ class Lease:
         #: never lands between the commit's WATCH and its EXEC
         self._renewing = threading.RLock()
 
+    def queue_acquire(self, pipe: Pipeline) -> None:
+        """Queue an acquisition in the caller's pipeline; pass its reply to ``acquired``."""
+        pipe.execute_command("SET", self.key, self.token, "NX", "PX", self.ttl_ms)
+
+    def acquired(self, reply: object) -> bool:
+        """Whether the reply of a queued acquisition took the lease (and record it)."""
+        self.held = reply is not None and reply is not False
+        return self.held
+
     def acquire(self) -> bool:
         self.held = bool(self.r.set(self.key, self.token, nx=True, px=self.ttl_ms))
         return self.held
@@ -73,6 +84,11 @@ class Lease:
             if not self.r.eval(RENEW_LUA, 1, self.key, self.token, self.ttl_ms):
                 self.held = False
                 raise LeaseLost(f"lost {self.key}")
+
+    def queue_renew(self, pipe: Pipeline) -> None:
+        """Queue a renewal in the caller's pipeline; its reply is 0 when the lease is gone (the
+        caller then sets ``held`` to False and raises LeaseLost)."""
+        pipe.eval(RENEW_LUA, 1, self.key, self.token, self.ttl_ms)
 
     @contextmanager
     def kept(self) -> Iterator[Lease]:
@@ -103,13 +119,16 @@ class Lease:
 
     @contextmanager
     def fenced(self) -> Iterator[Pipeline]:
-        """A MULTI/EXEC pipeline whose EXEC only applies while this lease is still ours: the
-        lease is renewed (LeaseLost if it is gone) and WATCHed, so a holder whose lease expired
-        mid-batch cannot commit over the worker that took it over (the commit raises LeaseLost
-        instead). ``execute()`` returns the raw replies (see BulkTransaction)."""
-        with self._renewing, BulkTransaction(self.r) as pipe:
-            self.renew()
-            pipe.watch(self.key)
+        """A MULTI/EXEC pipeline whose EXEC only applies while this lease is still ours. One
+        round trip WATCHes the lease and reads it (LeaseLost if it is no longer ours); the
+        transaction then renews it as its last command. A holder whose lease expired or was
+        taken after that read cannot commit over the worker that took it over: the WATCH
+        aborts the EXEC, which raises LeaseLost. ``execute()`` returns the raw replies of the
+        caller's commands (see BulkTransaction)."""
+        with self._renewing, _RenewingTransaction(self.r, self.key, self.ttl_ms) as pipe:
+            if pipe.watch_get(self.key) != self.token:
+                self.held = False
+                raise LeaseLost(f"lost {self.key}")
             pipe.multi()
             try:
                 yield pipe
@@ -117,10 +136,15 @@ class Lease:
                 self.held = False
                 raise LeaseLost(f"lost {self.key} while committing") from exc
 
-    def release(self) -> None:
+    def release(self, pipe: Pipeline | None = None) -> None:
+        """Release the lease; with ``pipe``, in the same round trip as the commands already
+        queued there (the pipeline is executed, even when the lease is no longer held)."""
+        if pipe is None:
+            pipe = self.r.pipeline(transaction=False)
         if self.held:
-            self.r.eval(RELEASE_LUA, 1, self.key, self.token)
-            self.held = False
+            pipe.eval(RELEASE_LUA, 1, self.key, self.token)
+        pipe.execute()
+        self.held = False
 
     def __enter__(self) -> Lease:
         if not self.held:
@@ -134,3 +158,20 @@ class Lease:
         tb: TracebackType | None,
     ) -> None:
         self.release()
+
+
+class _RenewingTransaction(BulkTransaction):
+    """A fenced commit's transaction: renews the lease (PEXPIRE) after the caller's commands,
+    inside the same EXEC, and returns only the caller's replies."""
+
+    def __init__(self, r: Redis, key: str, ttl_ms: int) -> None:
+        super().__init__(r)
+        self._renewal: tuple[tuple[Any, ...], Any] = (("PEXPIRE", key, ttl_ms), {})
+
+    def _execute_transaction(
+        self, connection: Connection, commands: Commands, raise_on_error: bool
+    ) -> list[Any]:
+        replies = super()._execute_transaction(
+            connection, [*commands, self._renewal], raise_on_error
+        )
+        return replies[:-1]
