@@ -1,9 +1,10 @@
 """The degree cap (``max_degree``): no note keeps more links than that, so hub notes stay
-bounded. Before links are committed, ``plan_cap`` reads the link counts of the notes they touch
-and, for the notes that could go over the cap, their links; ``linking.cap_degree`` decides which
-links go (the weakest, from both sides); ``apply_cap`` removes the existing ones in the caller's
-MULTI/EXEC with one ``unlink`` audit entry each. Callers hold the namespace lock, so what was
-read is still true when they commit.
+bounded. Before links are committed, ``plan_cap`` reads the link counts of the notes they
+touch (one script) and, for the notes that would go over the cap, their links and link metadata
+(one pipeline); ``linking.cap_degree`` decides which links go (the weakest, from both sides);
+``apply_cap`` removes the existing ones in the caller's MULTI/EXEC with one ``unlink`` audit
+entry each.
+Callers hold the namespace lock, so what was read is still true when they commit.
 """
 
 from __future__ import annotations
@@ -14,7 +15,7 @@ from typing import Any
 
 from redis.client import Pipeline
 
-from worker import notes
+from worker import bulk, notes
 from worker.context import WorkerContext
 from worker.linking import Link, cap_degree
 
@@ -51,24 +52,49 @@ def plan_cap(
     if cap <= 0 or not links:
         return Capped(list(links))
     ends = sorted({end for link in links for end in (link.a, link.b)})
-    names = [ctx.keys.links(ns, nid) for nid in ends]
-    counts = ctx.redis.register_script(DEGREES_LUA)(keys=names)
-    degree = dict(zip(ends, counts, strict=True))
+    delta = dict.fromkeys(ends, 0)
     for link in links:
-        degree[link.a] += 1
-        degree[link.b] += 1
+        delta[link.a] += 1
+        delta[link.b] += 1
     for a, b in removed:
         for end in (a, b):
-            if end in degree:
-                degree[end] -= 1
-    crowded = [nid for nid in ends if degree[nid] > cap]
-    existing = notes.read_links(ctx.redis, ctx.keys, ns, crowded) if crowded else {}
+            if end in delta:
+                delta[end] -= 1
+    counts = ctx.redis.register_script(DEGREES_LUA)(keys=[ctx.keys.links(ns, nid) for nid in ends])
+    crowded = [nid for nid, count in zip(ends, counts, strict=True) if count + delta[nid] > cap]
+    existing, metas = _crowded(ctx, ns, crowded) if crowded else ({}, {})
     for a, b in removed:
         existing.get(a, {}).pop(b, None)
         existing.get(b, {}).pop(a, None)
     kept, dropped = cap_degree(existing, links, cap)
-    metas = notes.read_link_meta(ctx.redis, ctx.keys, ns, [(a, b) for a, b, _ in dropped])
-    return Capped(kept, dropped, metas, len(links) - len(kept))
+    return Capped(
+        kept, dropped, [_meta(metas, a, b) for a, b, _ in dropped], len(links) - len(kept)
+    )
+
+
+def _crowded(
+    ctx: WorkerContext, ns: str, ids: list[str]
+) -> tuple[dict[str, dict[str, float]], dict[str, dict[bytes, bytes]]]:
+    """The links and the link metadata of each of ``ids``, in one round trip (a link set not
+    returned whole by its ZSCAN is read again with ZRANGE)."""
+    pipe = bulk.BulkPipeline(ctx.redis)
+    for nid in ids:
+        pipe.queue("ZSCAN", ctx.keys.links(ns, nid), 0, "COUNT", notes.LINKS_SCAN)
+        pipe.queue("HGETALL", ctx.keys.linkmeta(ns, nid))
+    replies = pipe.execute()
+    links, metas = {}, {}
+    for i, nid in enumerate(ids):
+        (cursor, row), meta = replies[2 * i], replies[2 * i + 1]
+        whole = cursor == b"0"
+        links[nid] = bulk.scored(row) if whole else notes.all_links(ctx.redis, ctx.keys, ns, nid)
+        metas[nid] = bulk.fields(meta)
+    return links, metas
+
+
+def _meta(metas: dict[str, dict[bytes, bytes]], a: str, b: str) -> dict[str, Any]:
+    """The metadata of link a - b, from whichever end was read (both ends hold the same)."""
+    raw = metas[a].get(b.encode()) if a in metas else metas.get(b, {}).get(a.encode())
+    return notes.link_meta(raw)
 
 
 def apply_cap(pipe: Pipeline, ctx: WorkerContext, ns: str, capped: Capped, actor: str) -> None:

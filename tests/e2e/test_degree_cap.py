@@ -1,5 +1,6 @@
 """The degree cap with a real `zettelq worker` process: a hub every new note wants to link to
-keeps at most ZQ_MAX_DEGREE links; each link dropped for it leaves both sides and is audited."""
+keeps at most ZQ_MAX_DEGREE links; each link dropped for it leaves both sides and is audited
+with its reason and label."""
 
 from __future__ import annotations
 
@@ -41,7 +42,8 @@ def test_a_hub_keeps_at_most_max_degree_links(settings, ctx: WorkerContext):
     ]
     assert drops and all(e[b"op"] == b"unlink" for e in drops)
     for entry in drops:
-        (gone,) = msgpack.unpackb(entry[b"before"])["links"]
+        ((gone, (_, reason, label)),) = msgpack.unpackb(entry[b"before"])["links"].items()
+        assert reason and label  # the dropped link's metadata, read with the link counts
         a = entry[b"id"].decode()
         assert gone not in mem_links(ctx, a) and a not in mem_links(ctx, gone)
     assert int(ctx.redis.hget(ctx.keys.stats(NS), "links_capped")) >= len(drops)
