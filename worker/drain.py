@@ -75,20 +75,49 @@ def _drain_batches(
     ctx: WorkerContext, shard: int, lease: Lease, counter: list[int], wait_ms: int | None
 ) -> bool:
     """Process batches until the shard is empty (False) or the time slice is used up (True);
-    ``counter[0]`` counts the jobs processed so far, even when a LeaseLost ends the drain."""
+    ``counter[0]`` counts the jobs processed so far, even when a LeaseLost ends the drain.
+    A batch is acknowledged in the same round trip that renews the lease and reads the next."""
     with lease.kept():
-        counter[0] += _process(ctx, shard, _reclaim(ctx, shard))
+        done = _process(ctx, shard, _reclaim(ctx, shard))
+    counter[0] += len(done)
     started = time.monotonic()
     wait = ctx.settings.batch_wait_ms if wait_ms is None else wait_ms
-    while batch := _read(ctx, shard, wait):
-        with lease.kept():
-            counter[0] += _process(ctx, shard, batch)
-        lease.renew()
+    while True:
         if time.monotonic() - started > SLICE_S:
             if others_waiting(ctx, shard):
+                _ack_and_read(ctx, shard, lease, done, read=False)
                 return True
             started = time.monotonic()
-    return False
+        batch = _read(ctx, shard, wait, _ack_and_read(ctx, shard, lease, done, read=True))
+        if not batch:
+            return False
+        with lease.kept():
+            done = _process(ctx, shard, batch)
+        counter[0] += len(done)
+
+
+def _ack_and_read(
+    ctx: WorkerContext, shard: int, lease: Lease, done: list[bytes], *, read: bool
+) -> list[RawEntry]:
+    """One round trip: acknowledge and delete the committed entries ``done``, renew the shard
+    lease (LeaseLost if it is gone) and, with ``read``, take up to batch_size new entries without
+    waiting. Entries read along with a lost lease stay pending for this consumer; the next drain
+    of the shard reclaims them once they have been idle for the lease's TTL."""
+    key = ctx.keys.inbox(shard)
+    pipe = ctx.redis.pipeline(transaction=False)
+    if done:
+        pipe.xack(key, GROUP, *done)
+        pipe.xdel(key, *done)
+    lease.queue_renew(pipe)
+    if read:
+        pipe.xreadgroup(GROUP, ctx.consumer, {key: ">"}, count=ctx.settings.batch_size)
+    replies = pipe.execute()
+    renewed = replies[-2] if read else replies[-1]
+    if not renewed:
+        lease.held = False
+        raise LeaseLost(f"lost {lease.key}")
+    got = replies[-1] if read else None
+    return list(got[0][1]) if got else []
 
 
 def others_waiting(ctx: WorkerContext, shard: int) -> bool:
@@ -136,37 +165,29 @@ def _reclaim(ctx: WorkerContext, shard: int) -> list[RawEntry]:
     return entries + [e for e in claimed if e[1]]
 
 
-def _read(ctx: WorkerContext, shard: int, wait_ms: int) -> list[RawEntry]:
-    """Up to batch_size new entries, waiting up to ``wait_ms`` to fill the batch."""
+def _read(ctx: WorkerContext, shard: int, wait_ms: int, entries: list[RawEntry]) -> list[RawEntry]:
+    """``entries`` (a first read that did not wait) topped up to batch_size, waiting up to
+    ``wait_ms`` to fill the batch; an empty first read returns at once."""
     key, size = ctx.keys.inbox(shard), ctx.settings.batch_size
-    entries: list[RawEntry] = []
     deadline = time.monotonic() + wait_ms / 1000
-    block: int | None = None
-    while len(entries) < size:
+    while entries and len(entries) < size:
+        remaining_ms = int((deadline - time.monotonic()) * 1000)
+        if remaining_ms <= 0:
+            break
         got = ctx.redis.xreadgroup(
-            GROUP, ctx.consumer, {key: ">"}, count=size - len(entries), block=block
+            GROUP, ctx.consumer, {key: ">"}, count=size - len(entries), block=remaining_ms
         )
         if not got:
             break
         entries += got[0][1]
-        remaining_ms = int((deadline - time.monotonic()) * 1000)
-        if remaining_ms <= 0:
-            break
-        block = remaining_ms
     return entries
 
 
-def _process(ctx: WorkerContext, shard: int, batch: list[RawEntry]) -> int:
-    if not batch:
-        return 0
+def _process(ctx: WorkerContext, shard: int, batch: list[RawEntry]) -> list[bytes]:
+    """Apply a batch; returns its entry ids, committed or dead-lettered, for acknowledging."""
     for ns, entries in _accepted(ctx, shard, batch).items():
         _handle_isolated(ctx, shard, ns, entries)
-    ids = [raw_id for raw_id, _ in batch]
-    pipe = ctx.redis.pipeline(transaction=False)
-    pipe.xack(ctx.keys.inbox(shard), GROUP, *ids)
-    pipe.xdel(ctx.keys.inbox(shard), *ids)
-    pipe.execute()
-    return len(batch)
+    return [raw_id for raw_id, _ in batch]
 
 
 def _accepted(ctx: WorkerContext, shard: int, batch: list[RawEntry]) -> dict[str, list[Entry]]:

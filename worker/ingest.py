@@ -67,18 +67,34 @@ class _Pending:
 
 
 def handle_jobs(ctx: WorkerContext, ns: str, entries: Sequence[Entry]) -> None:
-    """Apply a namespace's jobs in inbox order (stores batched, deletes in between). Every
-    write is a fenced commit, which renews the lock and refuses to apply once it is lost."""
+    """Apply a namespace's jobs in inbox order (stores batched, deletes in between) under the
+    namespace lock. Every write is a fenced commit, which refuses to apply once the lock is
+    lost. When the jobs start with stores, the lock is taken in the round trip that reads the
+    first round's stored notes; it is released in the one that records the index's stats."""
     lock = Lease(ctx.redis, ctx.keys.lock(ns), ctx.settings.lease_s, owner=ctx.consumer)
-    with lock as lease, lease.kept():
-        proj = ctx.projection(ns)
-        for op, group in groupby(entries, key=lambda e: e[1].op):
-            items = list(group)
-            if op == "store":
+    proj = ctx.projection(ns)
+    groups = [(op, list(group)) for op, group in groupby(entries, key=lambda e: e[1].op)]
+    first: _Read | None = None
+    if groups and groups[0][0] == "store":
+        first = _read(ctx, proj, _rounds(groups[0][1])[0], lock)  # type: ignore[arg-type]
+        if not lock.held:
+            first = None  # read without the lock: read again once it is taken
+    index_stats: dict[str, Any] = {}
+    with lock as lease:
+        with lease.kept():
+            for op, items in groups:
+                if op != "store":
+                    _delete(ctx, proj, lease, items)  # type: ignore[arg-type]
+                    continue
                 for round_ in _rounds(items):
-                    _store(ctx, proj, lease, round_)  # type: ignore[arg-type]
-            else:
-                _delete(ctx, proj, lease, items)  # type: ignore[arg-type]
+                    read = first or _read(ctx, proj, round_)  # type: ignore[arg-type]
+                    index_stats = _store(ctx, proj, lease, read) or index_stats
+                    first = None
+        pipe = ctx.redis.pipeline(transaction=False)
+        if index_stats:
+            pipe.hset(ctx.keys.stats(ns), mapping=index_stats)
+            pipe.sadd(ctx.keys.namespaces(), ns)
+        lease.release(pipe)
 
 
 def _rounds(entries: list[Entry]) -> list[list[Entry]]:
@@ -96,37 +112,66 @@ def _rounds(entries: list[Entry]) -> list[list[Entry]]:
     return rounds
 
 
-def _store(
-    ctx: WorkerContext, proj: Projection, lease: Lease, entries: list[tuple[str, StoreJob]]
-) -> None:
-    started = time.perf_counter()
+@dataclass
+class _Read:
+    """A round of store jobs with what the first round trip read for it."""
+
+    entries: list[tuple[str, StoreJob]]
+    existing: dict[str, notes.Fields]
+    last_seq: int  #: the last seq given out in the namespace
+    tail: bytes | None  #: the namespace's previous note, for sequence links
+    logged: Prefetched  #: the change log after the projection's position
+
+
+def _read(
+    ctx: WorkerContext,
+    proj: Projection,
+    entries: list[tuple[str, StoreJob]],
+    lock: Lease | None = None,
+) -> _Read:
+    """One round trip: the stored versions of the round's notes, and three keys that only the
+    namespace's writers (who hold its lock) change: the last seq given out, the sequence tail
+    and the change log. With ``lock`` (not yet held), the same round trip first tries to take
+    it (``lock.held`` tells whether it did); the reads come after it, so what they return stays
+    true while the lock is held."""
     ns = proj.ns
-    latest = {job.id: (eid, job) for eid, job in entries}  # ids are unique within a round
-    # One round trip: the stored versions, and two keys that only this namespace's writers
-    # (who hold its lock, as we do) change: the sequence tail and the change log.
     pipe = BulkPipeline(ctx.redis)
-    read = notes.queue_notes(pipe, ctx.keys, ns, list(latest))
+    if lock is not None:
+        lock.queue_acquire(pipe)
+    read = notes.queue_notes(pipe, ctx.keys, ns, [job.id for _, job in entries])
+    pipe.queue("GET", ctx.keys.seq(ns))
     pipe.queue("GET", ctx.keys.tail(ns))
     seen = proj.position
     pipe.queue("XRANGE", ctx.keys.changes(ns), f"({seen}", "+", "COUNT", CATCH_UP_CHUNK)
     replies = pipe.execute()
-    existing, tail = read(replies), replies[-2]
+    if lock is not None:
+        lock.acquired(replies[0])
     logged: Prefetched = (seen, [(eid, bulk.fields(flat)) for eid, flat in replies[-1]])
+    return _Read(entries, read(replies), int(replies[-3] or 0), replies[-2], logged)
+
+
+def _store(ctx: WorkerContext, proj: Projection, lease: Lease, read: _Read) -> dict[str, Any]:
+    """Organise and commit one round; returns the index's stats after it (empty when every
+    job had already been applied)."""
+    started = time.perf_counter()
+    ns = proj.ns
+    latest = {job.id: (eid, job) for eid, job in read.entries}  # ids are unique within a round
+    existing = read.existing
     todo = [
         _Pending(eid, job, notes.unpack_fields(existing[nid]) if nid in existing else None)
         for nid, (eid, job) in latest.items()
         if not _already_applied(existing.get(nid), eid)
     ]
     if not todo:
-        return
+        return {}
     todo += _construct(ctx, proj, lease, todo)
-    _prepare(ctx, todo)
+    _prepare(ctx, todo, read.last_seq)
     with proj.lock:
-        catch_up(ctx, proj, logged)
+        catch_up(ctx, proj, read.logged)
         position = proj.position
         found = _find(ctx, proj, todo)
     similar, queued = _propose(ctx, found)
-    links = dedupe_links(similar + _sequence(ctx, tail, todo) + _part_of(todo))
+    links = dedupe_links(similar + _sequence(ctx, read.tail, todo) + _part_of(todo))
     changes = _commit(ctx, lease, ns, todo, links, queued)
     with proj.lock:
         if proj.position == position:
@@ -135,10 +180,6 @@ def _store(
         else:
             catch_up(ctx, proj)
         index_stats = {"index_kind": proj.index.kind, "index_size": len(proj.index)}
-    after = ctx.redis.pipeline(transaction=False)
-    after.hset(ctx.keys.stats(ns), mapping=index_stats)
-    after.sadd(ctx.keys.namespaces(), ns)
-    after.execute()
     supersession.on_ingest(ctx, lease, ns, {p.job.id: p.job.content for p in todo if p.relink})
     log.info(
         "store batch ns=%s n=%d links=%d in %.1fms",
@@ -147,6 +188,7 @@ def _store(
         len(links),
         (time.perf_counter() - started) * 1000,
     )
+    return index_stats
 
 
 def _sequence(ctx: WorkerContext, tail: bytes | None, todo: list[_Pending]) -> list[Link]:
@@ -169,14 +211,13 @@ def _already_applied(fields: notes.Fields | None, entry_id: str) -> bool:
     return src is not None and notes.stream_pos(src) >= notes.stream_pos(entry_id)
 
 
-def _prepare(ctx: WorkerContext, todo: list[_Pending]) -> None:
-    """Seqs for new notes, keywords, and one embedder call for every changed content (and
-    every note embedded by another model) that the vector cache lacks."""
+def _prepare(ctx: WorkerContext, todo: list[_Pending], last_seq: int) -> None:
+    """Seqs for new notes (after ``last_seq``, the last one given out; the commit advances
+    it), and one embedder call for every changed content (and every note embedded by another
+    model) that the vector cache lacks."""
     fresh = [p for p in todo if p.existing is None]
-    if fresh:
-        last = int(ctx.redis.incrby(ctx.keys.seq(todo[0].job.ns), len(fresh)))
-        for offset, p in enumerate(fresh):
-            p.seq = last - len(fresh) + 1 + offset
+    for offset, p in enumerate(fresh, start=1):
+        p.seq = last_seq + offset
     for p in todo:
         if p.existing is not None:
             p.seq = int(p.existing["seq"])
@@ -388,6 +429,9 @@ def _commit(
             notes.unlink_all(pipe, keys, ns, nid, nbs)
         notes.write_notes(pipe, keys, ns, writes, ctx.settings.changelog_max)
         change_at = len(pipe) - 1
+        created = sum(w.created for w in writes)
+        if created:
+            pipe.execute_command("INCRBY", keys.seq(ns), created)
         added = notes.write_links(pipe, keys, ns, capped.links, source="rule:similarity")
         degree.apply_cap(pipe, ctx, ns, capped, actor="worker")
         if queued:
