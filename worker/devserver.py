@@ -191,8 +191,8 @@ class EmbeddedRedis:
         command = [self.executable or find_redis_server(), "--port", str(self.port)]
         command += ["--bind", self.host, "--dir", data_dir, "--daemonize", "no"]
         command += ["--save", "", "--appendonly", "yes" if self.appendonly else "no"]
-        if self.appendonly:
-            command += ["--appendfsync", "everysec"]
+        if self.appendonly:  # as deploy/redis.conf
+            command += ["--appendfsync", "everysec", "--auto-aof-rewrite-min-size", "1gb"]
         if self.requirepass:
             command += ["--requirepass", self.requirepass]
         return command

@@ -71,7 +71,11 @@ def test_appendonly_and_requirepass_are_applied(tmp_path: Path) -> None:
         with Redis.from_url(server.url, decode_responses=True) as client:
             assert client.config_get("appendonly") == {"appendonly": "yes"}
             assert client.config_get("appendfsync") == {"appendfsync": "everysec"}
+            minimum = client.config_get("auto-aof-rewrite-min-size")["auto-aof-rewrite-min-size"]
     assert (tmp_path / "redis-server.log").exists()
+    conf = (Path(__file__).parents[2] / "deploy" / "redis.conf").read_text().splitlines()
+    assert "auto-aof-rewrite-min-size 1gb" in conf  # the embedded server follows deploy/
+    assert int(minimum) == 1 << 30
 
 
 def test_garbage_collection_stops_the_server() -> None:
