@@ -355,7 +355,11 @@ def run_worker_phases(
 ) -> None:
     s = mem.settings
     env = worker_env(s.redis_url, s.key_prefix, str(workdir / "index"))
-    queries = [corpus.query() for _ in range(WARMUP_SEARCHES + searches)]
+    # Each mode draws queries of its own, so the second is not timed on caches the first warmed.
+    queries = {
+        fresh: [corpus.query() for _ in range(WARMUP_SEARCHES + searches)]
+        for fresh in (True, False)
+    }
     proc = start_worker(env, workdir / "worker.log")
     sampler = RssSampler(proc.pid).start()
     try:
@@ -373,7 +377,7 @@ def run_worker_phases(
         if result.ingested < n:
             return
         for fresh in (True, False):
-            result.search[fresh], counts = measure_search(mem, queries, fresh)
+            result.search[fresh], counts = measure_search(mem, queries[fresh], fresh)
             result.hits[fresh] = (sum(counts) / len(counts), sum(c < K for c in counts))
             log.info(
                 "search fresh=%s: p50 %.2fms p99 %.2fms",
