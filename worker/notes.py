@@ -228,11 +228,13 @@ def link_meta(raw: bytes | None) -> dict[str, Any]:
 def tombstone_all(
     pipe: Pipeline, keys: Keys, ns: str, seqs: Mapping[str, int], changelog_max: int
 ) -> None:
-    """Mark notes tombstoned, drop their vectors and take them out of the active set."""
+    """Mark notes tombstoned, drop their vectors and the tags reviewers refused for them, and
+    take them out of the active set."""
     now = time.time()
     for note_id in seqs:
         pipe.hset(keys.note(ns, note_id), mapping={"status": "tombstoned", "updated_at": now})
         pipe.hdel(keys.note(ns, note_id), "vec")
+    pipe.hdel(keys.refused(ns), *seqs)
     pipe.zrem(keys.active(ns), *seqs)
     pipe.zadd(keys.tombstoned(ns), dict.fromkeys(seqs, now))
     log_change(pipe, keys, ns, "remove", [(s, n) for n, s in seqs.items()], changelog_max)

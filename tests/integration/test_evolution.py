@@ -272,6 +272,20 @@ def test_tags_a_reviewer_refused_are_not_proposed_again(redis_db, tmp_path, mode
         ctx.close()
 
 
+def test_a_deleted_note_takes_its_refused_tags_with_it(propose_ctx):
+    with MemoryClient(propose_ctx.settings) as mem:
+        seed(propose_ctx, mem)
+        evolve_namespace(propose_ctx, NS)
+        ((p),) = mem.proposals(NS)
+        mem.reject(p.id, namespace=NS)
+        assert propose_ctx.redis.hexists(propose_ctx.keys.refused(NS), "n")
+
+        mem.delete("n", namespace=NS)
+        drain_all(propose_ctx)
+
+        assert not propose_ctx.redis.hexists(propose_ctx.keys.refused(NS), "n")
+
+
 def test_a_review_waits_for_the_namespace_lock(propose_ctx):
     with MemoryClient(propose_ctx.settings) as mem:
         seed(propose_ctx, mem)
