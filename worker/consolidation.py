@@ -1,9 +1,9 @@
 """Consolidation (seed 001's "sleep"): one insight note per dense cluster of linked notes.
 
-A cluster is a connected group of at least MIN_CLUSTER active notes (insights left out) held
-together by topical links (not STRUCTURAL_REASONS such as "sequence") of weight >=
-``consolidate_min_weight``; a group larger than
-``consolidate_max_cluster`` is split along its weakest links until every part fits. Each
+A cluster is a connected group of at least MIN_CLUSTER active notes (insights and superseded
+notes left out) held together by topical links (not STRUCTURAL_REASONS such as "sequence") of
+weight >= ``consolidate_min_weight``; a group larger than ``consolidate_max_cluster`` is split
+along its weakest links until every part fits. Each
 cluster gets an insight note (kind ``insight``): an extractive summary by default — the first
 sentence of its most central members, at most INSIGHT_MAX_CHARS — or the LLM's summary when one
 is configured and answers well (any LLM failure falls back to the extractive summary). The
@@ -55,7 +55,7 @@ INSIGHT_LINK_WEIGHT = 0.5  #: weight of an abstracted_from link
 INSIGHT_TAG = "insight"  #: tag every insight carries
 MAX_INSIGHTS_PER_RUN = 20  #: insights one namespace run writes; the rest wait for the next run
 SENTENCE_END = re.compile(r"(?<=[.!?])\s+")
-FIELDS = ("kind", "content", "importance")
+FIELDS = ("kind", "content", "importance", "superseded_by")
 #: Link reasons that record structure rather than shared subject; they never bind a cluster.
 STRUCTURAL_REASONS = frozenset(
     {"sequence", "abstracted_from", "superseded_by", "supersedes", "merged_into"}
@@ -212,17 +212,22 @@ def _known(ctx: WorkerContext, ns: str) -> dict[str, tuple[str, ...]]:
 
 
 def _clusters(ctx: WorkerContext, graph: Graph) -> list[tuple[str, ...]]:
-    """Clusters over the topical links between notes that are not insights."""
+    """Clusters over the topical links between notes that are neither insights nor superseded
+    (an insight states what is true now, not what a newer note replaced)."""
     s = ctx.settings
-    insights = {nid for nid, f in graph.fields.items() if f["kind"] == b"insight"}
+    left_out = {
+        nid
+        for nid, f in graph.fields.items()
+        if f["kind"] == b"insight" or f["superseded_by"] is not None
+    }
     links = {
         nid: {
             nb: w
             for nb, w in nbs.items()
-            if nb not in insights and graph.reasons[nid].get(nb, "") not in STRUCTURAL_REASONS
+            if nb not in left_out and graph.reasons[nid].get(nb, "") not in STRUCTURAL_REASONS
         }
         for nid, nbs in graph.links.items()
-        if nid not in insights
+        if nid not in left_out
     }
     return find_clusters(links, s.consolidate_min_weight, s.consolidate_max_cluster)
 

@@ -26,6 +26,8 @@ SOLAR = [
     "The inverters push solar panel readings to Postgres through MQTT.",
 ]
 OTHER = ["Lunch on Friday is pizza.", "The office plants need water on Mondays."]
+STORE_WAS = "The solar panel readings store is Postgres, fed by the inverters over MQTT."
+STORE_MOVED = "The solar panel readings store moved from Postgres to TimescaleDB."
 GROWTH = "Solar panel readings from the inverters land in Postgres over MQTT each minute."
 
 
@@ -167,3 +169,18 @@ def test_an_llm_answer_citing_unknown_notes_falls_back_to_the_extractive_summary
         assert int(ctx.redis.hget(ctx.keys.stats("c"), "llm_fail_unknown_id")) == 1
     finally:
         ctx.close()
+
+
+def test_a_superseded_note_is_left_out_of_its_clusters_insight(octx):
+    with MemoryClient(octx.settings) as mem:
+        ids = seed(octx, mem)
+        old = mem.store(STORE_WAS, namespace="c")
+        drain_all(octx)
+        new = mem.store(STORE_MOVED, namespace="c")
+        drain_all(octx)
+        assert mem.get(old, namespace="c").superseded_by == new
+
+        assert consolidate_namespace(octx, "c") == 1
+
+        ((_, members),) = insights(octx, "c").items()
+        assert old not in members and set(ids[:3]) <= set(members)
