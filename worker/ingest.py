@@ -76,7 +76,11 @@ def handle_jobs(ctx: WorkerContext, ns: str, entries: Sequence[Entry]) -> None:
     groups = [(op, list(group)) for op, group in groupby(entries, key=lambda e: e[1].op)]
     first: _Read | None = None
     if groups and groups[0][0] == "store":
-        first = _read(ctx, proj, _rounds(groups[0][1])[0], lock)  # type: ignore[arg-type]
+        try:
+            first = _read(ctx, proj, _rounds(groups[0][1])[0], lock)  # type: ignore[arg-type]
+        except BaseException:
+            lock.release()
+            raise
         if not lock.held:
             first = None  # read without the lock: read again once it is taken
     index_stats: dict[str, Any] = {}

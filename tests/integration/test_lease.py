@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
+import threading
 import time
 
 import pytest
 from redis import Redis
 from redis.exceptions import ResponseError
 
+from producer import MemoryClient
+from tests.conftest import drain_all
 from worker.context import WorkerContext
 from worker.drain import others_waiting
 from worker.lease import Lease, LeaseLost
@@ -49,6 +52,36 @@ def test_fenced_commit_refuses_a_lease_lost_before_it(redis_db: Redis) -> None:
         pass
 
 
+def test_fenced_commit_renews_the_lease_inside_its_exec(redis_db: Redis) -> None:
+    lease = Lease(redis_db, "t:lock", 10)
+    assert lease.acquire()
+    redis_db.pexpire("t:lock", 500)
+    with lease.fenced() as pipe:
+        pipe.set("t:written", 1)
+        assert pipe.execute() == [b"OK"]  # only the caller's replies
+    assert redis_db.pttl("t:lock") > 9_000
+    assert redis_db.get("t:written") == b"1"
+
+
+def test_a_lease_taken_and_released_in_callers_pipelines(redis_db: Redis) -> None:
+    mine, theirs = Lease(redis_db, "t:lock", 10), Lease(redis_db, "t:lock", 10)
+    pipe = redis_db.pipeline(transaction=False)
+    mine.queue_acquire(pipe)
+    pipe.get("t:lock")
+    taken, seen = pipe.execute()
+    assert mine.acquired(taken) and seen == mine.token
+
+    pipe = redis_db.pipeline(transaction=False)
+    theirs.queue_acquire(pipe)
+    assert not theirs.acquired(pipe.execute()[0])
+
+    pipe = redis_db.pipeline(transaction=False)
+    pipe.set("t:stats", 1)
+    mine.release(pipe)  # runs the caller's commands with the release
+    assert not mine.held and redis_db.get("t:stats") == b"1"
+    assert redis_db.exists("t:lock") == 0
+
+
 def test_fenced_commit_raises_the_first_command_error(redis_db: Redis) -> None:
     redis_db.set("t:string", "x")
     lease = Lease(redis_db, "t:lock", 10)
@@ -86,3 +119,23 @@ def test_a_kept_lease_outlives_a_step_longer_than_its_ttl(redis_db: Redis) -> No
     time.sleep(1.5)  # no longer kept: it expires
     with pytest.raises(LeaseLost), lease.fenced():
         pass
+
+
+def test_an_ingest_waits_for_the_namespace_lock_and_reads_what_its_holder_wrote(
+    ctx: WorkerContext, client: MemoryClient
+) -> None:
+    nid = client.store("The inverters push readings over MQTT.", namespace="held")
+    holder = Lease(ctx.redis, ctx.keys.lock("held"), ctx.settings.lease_s, owner="holder")
+    assert holder.acquire()
+    drained: list[int] = []
+    thread = threading.Thread(target=lambda: drained.append(drain_all(ctx)))
+    thread.start()
+    time.sleep(0.3)
+    assert client.stats("held").notes == 0  # the drain's first read did not take the lock
+    ctx.redis.incrby(ctx.keys.seq("held"), 5)  # the holder gives out seqs 1-5 meanwhile
+    holder.release()
+    thread.join(30)
+
+    assert drained == [1]
+    assert int(ctx.redis.hget(ctx.keys.note("held", nid), "seq")) == 6
+    assert int(ctx.redis.get(ctx.keys.seq("held"))) == 6
