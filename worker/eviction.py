@@ -13,9 +13,9 @@ from dataclasses import dataclass
 
 from worker import notes
 from worker.context import WorkerContext
-from worker.ingest import tombstone_notes
 from worker.lease import Lease
 from worker.ranking import recency
+from worker.tombstone import tombstone_notes
 
 log = logging.getLogger(__name__)
 

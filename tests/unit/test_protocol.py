@@ -236,7 +236,7 @@ def redis_hash(fields: dict[str, Any]) -> dict[bytes, bytes]:
 
 
 def written_note() -> dict[str, Any]:
-    """A note's fields as worker/ingest.py writes them."""
+    """A note's fields as worker/commit.py writes them."""
     return {
         "id": "n1",
         "namespace": "ns",
