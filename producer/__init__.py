@@ -5,7 +5,8 @@ Light on purpose: redis, msgpack and pydantic only (no numpy, faiss or celery).
 
 from __future__ import annotations
 
-from producer.client import AsyncMemoryClient, MemoryClient
+from producer.async_client import AsyncMemoryClient
+from producer.client import MemoryClient
 from producer.errors import (
     AccessDenied,
     Backpressure,

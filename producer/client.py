@@ -1,4 +1,5 @@
-"""The clients agents use: ``MemoryClient`` (blocking) and ``AsyncMemoryClient`` (asyncio).
+"""The blocking client agents use, ``MemoryClient`` (``AsyncMemoryClient`` in
+producer/async_client.py has the same methods, awaitable).
 
 Writes are one round trip (an EVALSHA that appends to the namespace's shard stream) and never
 wait for a worker. Searches push a job on the search list and BLPOP the reply key in the same
@@ -7,13 +8,11 @@ round trip.
 
 from __future__ import annotations
 
-import asyncio
 import time
 from collections.abc import Mapping, Sequence
 from typing import Any
 
 from redis import Redis
-from redis import asyncio as aioredis
 from redis.exceptions import ResponseError
 
 from producer import proposals as rv
@@ -24,7 +23,6 @@ from producer.core import (
     STORE_FIELDS,
     ClientCore,
     Namespaces,
-    async_redis_kwargs,
     redis_errors,
     redis_kwargs,
     to_neighbours,
@@ -133,10 +131,10 @@ class MemoryClient:
         with redis_errors():
             pipe = self._blocking.pipeline(transaction=False)
             pipe.lpush(queue, pack(job))
-            pipe.blpop([reply_key], timeout=_wait(job.deadline))
+            pipe.blpop([reply_key], timeout=blpop_timeout(job.deadline))
             raw = pipe.execute()[1]
             while raw is None and job.deadline > time.time():
-                raw = self._blocking.blpop([reply_key], timeout=_wait(job.deadline))
+                raw = self._blocking.blpop([reply_key], timeout=blpop_timeout(job.deadline))
         return raw
 
     def get(self, note_id: str, *, namespace: str | None = None) -> Note:
@@ -283,219 +281,6 @@ class MemoryClient:
         self.close()
 
 
-class AsyncMemoryClient:
-    """asyncio twin of MemoryClient: the same methods, awaitable."""
-
-    def __init__(self, settings: ProducerSettings | None = None, **overrides: Any) -> None:
-        self._core = ClientCore(settings or ProducerSettings(**overrides))
-        s = self._core.settings
-        self.keys = self._core.keys
-        self._redis = aioredis.Redis.from_url(
-            s.redis_url, socket_timeout=s.socket_timeout_s, **async_redis_kwargs(s)
-        )
-        self._blocking = aioredis.Redis.from_url(
-            s.redis_url, socket_timeout=WAIT_SLICE_S + s.socket_timeout_s, **async_redis_kwargs(s)
-        )
-        self._enqueue = self._redis.register_script(ENQUEUE_LUA)
-        self._review_lua = self._redis.register_script(rv.REVIEW_LUA)
-
-    @property
-    def settings(self) -> ProducerSettings:
-        return self._core.settings
-
-    async def store(self, content: str, *, namespace: str | None = None, **fields: Any) -> str:
-        ns = self._core.namespace(namespace)
-        unknown = set(fields) - STORE_FIELDS
-        if unknown:
-            raise InvalidInput(f"unknown store() arguments {sorted(unknown)}")
-        note_id, payload = self._core.store_payload(content, ns, **fields)
-        await self._send(ns, [payload])
-        return note_id
-
-    async def store_many(
-        self, items: Sequence[str | Mapping[str, Any]], *, namespace: str | None = None
-    ) -> list[str]:
-        ns = self._core.namespace(namespace)
-        ids, payloads = self._core.store_many_payloads(items, ns)
-        await self._send(ns, payloads)
-        return ids
-
-    async def delete(self, note_id: str, *, namespace: str | None = None) -> None:
-        ns = self._core.namespace(namespace)
-        await self._send(ns, [self._core.delete_payload(note_id, ns)])
-
-    async def _send(self, ns: str, payloads: list[bytes]) -> None:
-        inbox = self.keys.inbox(self.keys.shard_of(ns))
-        with redis_errors():
-            await self._enqueue(keys=[inbox], args=[self.settings.max_pending, *payloads])
-
-    async def search(
-        self, query: str, *, namespace: Namespaces | None = None, **options: Any
-    ) -> list[Hit]:
-        return (await self._ask("search", namespace, query=query, **options)).hits
-
-    async def context(
-        self,
-        query: str,
-        *,
-        namespace: Namespaces | None = None,
-        max_tokens: int = 2000,
-        **options: Any,
-    ) -> str:
-        reply = await self._ask("context", namespace, query=query, max_tokens=max_tokens, **options)
-        return reply.text
-
-    async def flush(self, namespace: str | None = None, timeout_s: float | None = None) -> None:
-        await self._ask("flush", namespace, timeout_s=timeout_s)
-
-    async def _ask(self, kind: str, namespace: Namespaces | None, **fields: Any) -> Reply:
-        job = self._core.search_job(kind, namespace, **fields)
-        return self._core.parse_reply(await self._request(self.keys.search_queue(), job), job)
-
-    async def _request(self, queue: str, job: SearchJob | OrganiseJob) -> Any:
-        reply_key = self.keys.reply(job.job_id)
-        with redis_errors():
-            pipe = self._blocking.pipeline(transaction=False)
-            pipe.lpush(queue, pack(job))
-            pipe.blpop([reply_key], timeout=_wait(job.deadline))
-            raw = (await pipe.execute())[1]
-            while raw is None and job.deadline > time.time():
-                raw = await self._blocking.blpop([reply_key], timeout=_wait(job.deadline))
-        return raw
-
-    async def get(self, note_id: str, *, namespace: str | None = None) -> Note:
-        ns = self._core.namespace(namespace)
-        v.check_id(note_id)
-        target: str | None = note_id
-        for _ in range(MAX_MERGE_HOPS):
-            if target is None:
-                break
-            with redis_errors():
-                pipe = self._redis.pipeline(transaction=False)
-                pipe.hgetall(self.keys.note(ns, target))
-                pipe.zrange(self.keys.links(ns, target), 0, -1, withscores=True)
-                pipe.hgetall(self.keys.linkmeta(ns, target))
-                fields, links, metas = await pipe.execute()
-            target = self._core.merged_into(fields)
-        return self._core.parse_note(ns, note_id, fields, links, metas)
-
-    async def connected(
-        self, note_id: str, *, namespace: str | None = None, max_hops: int = 2
-    ) -> list[Neighbour]:
-        ns = self._core.namespace(namespace)
-        v.check_id(note_id)
-        v.check_int(max_hops, "max_hops", 1, 5)
-        found: dict[str, tuple[int, str, float]] = {}
-        frontier = [note_id]
-        for hop in range(1, max_hops + 1):
-            with redis_errors():
-                pipe = self._redis.pipeline(transaction=False)
-                for nid in frontier:
-                    pipe.zrange(self.keys.links(ns, nid), 0, -1, withscores=True, desc=True)
-                rows = await pipe.execute()
-            frontier = walk_step(found, note_id, frontier, rows, hop)
-        with redis_errors():
-            pipe = self._redis.pipeline(transaction=False)
-            for nid, (_, via, _) in found.items():
-                pipe.hget(self.keys.note(ns, nid), "content")
-                pipe.hget(self.keys.linkmeta(ns, via), nid)
-            rows = await pipe.execute()
-        return to_neighbours(found, rows[0::2], rows[1::2])
-
-    async def stats(self, namespace: str | None = None) -> Stats:
-        ns = self._core.namespace(namespace)
-        keys = self.keys
-        with redis_errors():
-            pipe = self._redis.pipeline(transaction=False)
-            pipe.zcard(keys.active(ns))
-            pipe.zcard(keys.tombstoned(ns))
-            pipe.xlen(keys.inbox(keys.shard_of(ns)))
-            pipe.hgetall(keys.stats(ns))
-            replies = await pipe.execute()
-        return self._core.parse_stats(ns, replies)
-
-    async def organise(
-        self,
-        namespace: str | None = None,
-        *,
-        wait: bool = True,
-        timeout_s: float | None = None,
-        jobs: Sequence[str] | None = None,
-    ) -> Organised:
-        job = self._core.organise_job(namespace, wait=wait, timeout_s=timeout_s, jobs=jobs)
-        queue = self.keys.organise_queue()
-        if not job.wait:
-            with redis_errors():
-                await self._redis.lpush(queue, pack(job))
-            return self._core.organised(job, None)
-        raw = await self._request(queue, job)
-        return self._core.organised(job, self._core.parse_reply(raw, job))
-
-    async def proposals(
-        self, namespace: str | None = None, *, status: str | None = None, limit: int = 50
-    ) -> list[Proposal]:
-        ns = self._core.namespace(namespace)
-        wanted = rv.statuses(status)
-        v.check_int(limit, "limit", 1, rv.MAX_LIMIT)
-        with redis_errors():
-            pipe = self._redis.pipeline(transaction=False)
-            for name in wanted:
-                pipe.zrevrange(self.keys.proposals(ns, name), 0, limit - 1, withscores=True)
-            ids = rv.newest(await pipe.execute(), limit)
-            pipe = self._redis.pipeline(transaction=False)
-            for pid in ids:
-                pipe.hgetall(self.keys.proposal(ns, pid))
-            rows = await pipe.execute()
-        return [rv.parse_proposal(ns, raw) for raw in rows if raw]
-
-    async def accept(
-        self, proposal_id: str, *, namespace: str | None = None, agent: str | None = None
-    ) -> Proposal:
-        return await self._review("accept", proposal_id, namespace, agent)
-
-    async def reject(
-        self, proposal_id: str, *, namespace: str | None = None, agent: str | None = None
-    ) -> Proposal:
-        return await self._review("reject", proposal_id, namespace, agent)
-
-    async def revert(
-        self, proposal_id: str, *, namespace: str | None = None, agent: str | None = None
-    ) -> Proposal:
-        return await self._review("revert", proposal_id, namespace, agent)
-
-    async def _review(
-        self, action: str, proposal_id: str, namespace: str | None, agent: str | None
-    ) -> Proposal:
-        ns = self._core.namespace(namespace)
-        key = self.keys.proposal(ns, v.check_id(proposal_id))
-        actor = v.check_agent(agent) or "unknown"
-        deadline = time.monotonic() + self.settings.reply_timeout_s
-        wait = rv.LOCKED_FIRST_WAIT_S
-        while True:
-            with redis_errors():
-                raw = await self._redis.hgetall(key)
-                if not raw:
-                    raise NotFound(f"no proposal {proposal_id!r} in namespace {ns!r}")
-                script_keys, args = rv.review_call(self.keys, ns, action, raw, actor, time.time())
-                try:
-                    reply = await self._review_lua(script_keys, args)
-                    return rv.parse_proposal(ns, rv.pairs(reply))
-                except ResponseError as exc:
-                    rv.raise_review_error(exc)
-            wait = rv.next_wait(wait, deadline, ns)
-            await asyncio.sleep(wait)
-
-    async def aclose(self) -> None:
-        await self._redis.aclose()
-        await self._blocking.aclose()
-
-    async def __aenter__(self) -> AsyncMemoryClient:
-        return self
-
-    async def __aexit__(self, *exc: object) -> None:
-        await self.aclose()
-
-
-def _wait(deadline: float) -> float:
+def blpop_timeout(deadline: float) -> float:
     """The next BLPOP's timeout: what is left until ``deadline``, at most WAIT_SLICE_S."""
     return min(max(deadline - time.time(), 0.01), WAIT_SLICE_S)
