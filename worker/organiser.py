@@ -18,7 +18,7 @@ from producer.errors import InvalidInput, ProtocolError
 from producer.protocol import OrganiseJob, Reply, pack, unpack
 from worker import periodic
 from worker.context import WorkerContext
-from worker.search import NotFresh
+from worker.freshness import NotFresh
 from worker.server import POLL_S, SearchServer
 from worker.signing import SignatureRejected, check_signature
 

@@ -45,8 +45,8 @@ from worker import (
 )
 from worker.context import WorkerContext
 from worker.embedding import EmbedderUnavailable
+from worker.freshness import wait_fresh
 from worker.lease import LeaseLost
-from worker.search import wait_fresh
 from worker.settings import WorkerSettings
 
 log = logging.getLogger(__name__)
