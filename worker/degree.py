@@ -1,10 +1,10 @@
 """The degree cap (``max_degree``): no note keeps more links than that, so hub notes stay
 bounded. Before links are committed, ``plan_cap`` reads the link counts of the notes they
-touch (one script) and, for the notes that would go over the cap, their links and link metadata
-(one pipeline); ``linking.cap_degree`` decides which links go (the weakest, from both sides);
-``apply_cap`` removes the existing ones in the caller's MULTI/EXEC with one ``unlink`` audit
-entry each.
-Callers hold the namespace lock, so what was read is still true when they commit.
+touch (one script) and, for the notes that would go over the cap, their links and the metadata
+of the weakest of them, the only ones the cap can drop (one pipeline); ``linking.cap_degree``
+decides which links go (the weakest, from both sides); ``apply_cap`` removes the existing ones
+in the caller's MULTI/EXEC with one ``unlink`` audit entry each. Callers hold the namespace
+lock, so what was read is still true when they commit.
 """
 
 from __future__ import annotations
@@ -25,6 +25,27 @@ DEGREES_LUA = """
 local out = {}
 for i, key in ipairs(KEYS) do
     out[i] = redis.call('ZCARD', key)
+end
+return out
+"""
+
+#: For each crowded note (KEYS: its link sets, then its link-metadata hashes; ARGV: how many of
+#: its weakest links may go), those links with their metadata as [member, meta, ...], weakest
+#: first; only these can be dropped, so the rest of the metadata is never read.
+WEAKEST_LUA = """
+local m = #KEYS / 2
+local out = {}
+for i = 1, m do
+    local weakest = redis.call('ZRANGE', KEYS[i], 0, tonumber(ARGV[i]) - 1)
+    local row = {}
+    if #weakest > 0 then
+        local metas = redis.call('HMGET', KEYS[m + i], unpack(weakest))
+        for j = 1, #weakest do
+            row[2 * j - 1] = weakest[j]
+            row[2 * j] = metas[j]
+        end
+    end
+    out[i] = row
 end
 return out
 """
@@ -52,7 +73,7 @@ def plan_cap(
     if cap <= 0 or not links:
         return Capped(list(links))
     ends = sorted({end for link in links for end in (link.a, link.b)})
-    delta = dict.fromkeys(ends, 0)
+    delta, gone = dict.fromkeys(ends, 0), dict.fromkeys(ends, 0)
     for link in links:
         delta[link.a] += 1
         delta[link.b] += 1
@@ -60,9 +81,16 @@ def plan_cap(
         for end in (a, b):
             if end in delta:
                 delta[end] -= 1
+                gone[end] += 1
     counts = ctx.redis.register_script(DEGREES_LUA)(keys=[ctx.keys.links(ns, nid) for nid in ends])
-    crowded = [nid for nid, count in zip(ends, counts, strict=True) if count + delta[nid] > cap]
-    existing, metas = _crowded(ctx, ns, crowded) if crowded else ({}, {})
+    # A note over the cap drops at most its excess, always its weakest links (of those the
+    # commit does not remove anyway): only their metadata can be needed.
+    excess = {
+        nid: count + delta[nid] - cap + gone[nid]
+        for nid, count in zip(ends, counts, strict=True)
+        if count + delta[nid] > cap
+    }
+    existing, metas = _crowded(ctx, ns, excess) if excess else ({}, {})
     for a, b in removed:
         existing.get(a, {}).pop(b, None)
         existing.get(b, {}).pop(a, None)
@@ -73,27 +101,28 @@ def plan_cap(
 
 
 def _crowded(
-    ctx: WorkerContext, ns: str, ids: list[str]
-) -> tuple[dict[str, dict[str, float]], dict[str, dict[bytes, bytes]]]:
-    """The links and the link metadata of each of ``ids``, in one round trip (a link set not
-    returned whole by its ZSCAN is read again with ZRANGE)."""
+    ctx: WorkerContext, ns: str, weakest: dict[str, int]
+) -> tuple[dict[str, dict[str, float]], dict[str, dict[bytes, bytes | None]]]:
+    """The links of each crowded note, and the metadata of its ``weakest[note]`` weakest links,
+    in one round trip (a link set not returned whole by its ZSCAN is read again with ZRANGE)."""
+    ids = list(weakest)
     pipe = bulk.BulkPipeline(ctx.redis)
     for nid in ids:
         pipe.queue("ZSCAN", ctx.keys.links(ns, nid), 0, "COUNT", notes.LINKS_SCAN)
-        pipe.queue("HGETALL", ctx.keys.linkmeta(ns, nid))
+    keys = [ctx.keys.links(ns, nid) for nid in ids] + [ctx.keys.linkmeta(ns, nid) for nid in ids]
+    pipe.queue("EVAL", WEAKEST_LUA, len(keys), *keys, *weakest.values())
     replies = pipe.execute()
     links, metas = {}, {}
-    for i, nid in enumerate(ids):
-        (cursor, row), meta = replies[2 * i], replies[2 * i + 1]
+    for nid, (cursor, row), meta in zip(ids, replies[:-1], replies[-1], strict=True):
         whole = cursor == b"0"
         links[nid] = bulk.scored(row) if whole else notes.all_links(ctx.redis, ctx.keys, ns, nid)
-        metas[nid] = bulk.fields(meta)
+        metas[nid] = dict(zip(meta[::2], meta[1::2], strict=True))
     return links, metas
 
 
-def _meta(metas: dict[str, dict[bytes, bytes]], a: str, b: str) -> dict[str, Any]:
-    """The metadata of link a - b, from whichever end was read (both ends hold the same)."""
-    raw = metas[a].get(b.encode()) if a in metas else metas.get(b, {}).get(a.encode())
+def _meta(metas: dict[str, dict[bytes, bytes | None]], a: str, b: str) -> dict[str, Any]:
+    """The metadata of link a - b, from whichever end read it (both ends hold the same)."""
+    raw = metas.get(a, {}).get(b.encode()) or metas.get(b, {}).get(a.encode())
     return notes.link_meta(raw)
 
 
