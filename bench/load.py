@@ -1,12 +1,16 @@
-"""Load test: P producer processes store (and search) for a fixed time against 1, then 2,
-``zettelq worker`` processes on loopback; then every acknowledged note is checked.
+"""Load test: P producer processes store (and search) for a fixed time, or N stores each with
+``--stores N``, against 1, then 2, ``zettelq worker`` processes on loopback; then every
+acknowledged note is checked.
 
-Run from the repo root: ``.venv/bin/python bench/load.py`` (about 2 minutes with the defaults).
+Run from the repo root: ``.venv/bin/python bench/load.py`` (about 6 minutes with the defaults
+here: the producers store 240k-380k notes in the 20 s).
 Each run gets its own redis-server (AOF on, ``appendfsync everysec``, as deploy/redis.conf)
 and a fresh key prefix. Producers call ``store()`` one note at a time, round-robin over the
 namespaces, while a second thread of each producer searches back to back with
 ``search(fresh=False)``, so the search latency is the query's, not the wait for the backlog.
-After ``--seconds`` the producers stop and the workers drain what is left; "organised/s" is
+After ``--seconds`` (or their ``--stores`` notes: then both worker counts organise the same
+workload, where a fixed time lets the producers store more while fewer workers compete with them
+for the cores) the producers stop and the workers drain what is left; "organised/s" is
 every acknowledged note divided by the time from the first store until the backlog is empty,
 and "drain organised/s" the backlog left at the end divided by the time the workers took to
 empty it with the producers stopped (the workers' throughput without producers on the CPUs).
@@ -62,9 +66,11 @@ def _text(rng_seed: int) -> str:
     return f"{' '.join(words)} item {rng_seed}"
 
 
-def _search_loop(mem: MemoryClient, namespaces: list[str], deadline: float, out: ProducerResult):
+def _search_loop(
+    mem: MemoryClient, namespaces: list[str], done: threading.Event, out: ProducerResult
+):
     i = 0
-    while time.monotonic() < deadline:
+    while not done.is_set():
         i += 1
         started = time.perf_counter()
         try:
@@ -74,24 +80,30 @@ def _search_loop(mem: MemoryClient, namespaces: list[str], deadline: float, out:
             out.errors[type(exc).__name__] += 1
 
 
-def produce(url: str, prefix: str, namespaces: list[str], seconds: float, who: int):
-    """One producer process: a thread storing and a thread searching until ``seconds`` pass."""
+def produce(url: str, prefix: str, namespaces: list[str], seconds: float, who: int, stores: int):
+    """One producer process: a thread storing ``stores`` notes (or, with ``stores`` 0, storing
+    until ``seconds`` pass) and a thread searching until the storing ends."""
     settings = ProducerSettings(redis_url=url, key_prefix=prefix, max_pending=200_000)
     out = ProducerResult(acked={ns: [] for ns in namespaces})
     deadline = time.monotonic() + seconds
+    done = threading.Event()
     with MemoryClient(settings) as mem:
-        searcher = threading.Thread(target=_search_loop, args=(mem, namespaces, deadline, out))
+        searcher = threading.Thread(target=_search_loop, args=(mem, namespaces, done, out))
         searcher.start()
         i = 0
-        while time.monotonic() < deadline:
+        while i < stores if stores else time.monotonic() < deadline:
             ns = namespaces[(who + i) % len(namespaces)]
-            i += 1
             try:
-                out.acked[ns].append(mem.store(_text(who * 10_000_000 + i), namespace=ns))
+                out.acked[ns].append(mem.store(_text(who * 10_000_000 + i + 1), namespace=ns))
             except Backpressure:
                 out.errors["Backpressure"] += 1
+                if stores:  # a fixed workload stores every note: wait for the backlog to shrink
+                    time.sleep(0.01)
+                    continue
             except ZettelqError as exc:
                 out.errors[type(exc).__name__] += 1
+            i += 1
+        done.set()
         searcher.join()
     return out
 
@@ -187,6 +199,7 @@ def run(workers: int, args: argparse.Namespace, tmp: Path) -> dict[str, object]:
                         namespaces,
                         args.seconds,
                         p,
+                        args.stores,
                     )
                     for p in range(args.producers)
                 ]
@@ -232,6 +245,12 @@ def main() -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--producers", type=int, default=4)
     p.add_argument("--seconds", type=float, default=20.0)
+    p.add_argument(
+        "--stores",
+        type=int,
+        default=0,
+        help="notes each producer stores (a fixed workload); 0 stores for --seconds instead",
+    )
     p.add_argument("--namespaces", type=int, default=4)
     p.add_argument("--workers", default="1,2", help="worker process counts to run, in order")
     p.add_argument(
@@ -251,10 +270,11 @@ def main() -> int:
             "organised/s ratio: %.2f", int(rows[1]["organised/s"]) / int(rows[0]["organised/s"])
         )
     log.info(
-        "cpus=%d producers=%d seconds=%.0f namespaces=%d",
+        "cpus=%d producers=%d seconds=%.0f stores=%d namespaces=%d",
         os.cpu_count() or 0,
         args.producers,
         args.seconds,
+        args.stores,
         args.namespaces,
     )
     return 0
