@@ -14,10 +14,9 @@ import numpy.typing as npt
 
 from producer.core import link_label
 from producer.protocol import PACKED_FIELDS, Hit
-from worker import ranking
-from worker.bulk import BulkPipeline, pairs, scored
+from worker import notes, ranking
+from worker.bulk import BulkPipeline, pairs
 from worker.context import WorkerContext
-from worker.notes import LINKS_SCAN, all_links
 
 #: Fields every candidate needs to be ranked (small: no content, no vector).
 RANK_FIELDS = ("status", "importance", "last_access", "created_at", "valid_to")
@@ -103,22 +102,13 @@ def queue_rank_fields(
 
 
 def queue_links(pipe: BulkPipeline, ctx: WorkerContext, cands: Iterable[Cand]) -> Decoder:
-    """Queue the read of the links of the candidates that lack them.
-
-    ZSCAN rather than ZRANGE WITHSCORES: a link set small enough for Redis to keep as a
-    listpack (up to ``zset-max-listpack-entries``, 128 by default, far above ``max_degree``)
-    comes back whole in one reply, in ZRANGE's order, with each weight as the string it was
-    stored as, where ZRANGE formats every weight anew (%.17g), which makes it about 40% dearer.
-    A larger set comes back whole in hash order while under ``LINKS_SCAN`` links; a set not
-    returned whole is read with ZRANGE (one more round trip)."""
+    """Queue the read of the links of the candidates that lack them (see notes.queue_links)."""
     todo = [c for c in cands if c.links is None]
-    start = len(pipe)
-    for c in todo:
-        pipe.queue("ZSCAN", ctx.keys.links(c.ns, c.id), 0, "COUNT", LINKS_SCAN)
+    decode = notes.queue_links(pipe, ctx.redis, ctx.keys, [(c.ns, c.id) for c in todo])
 
     def decoder(replies: list[Any]) -> None:
-        for c, (cursor, row) in zip(todo, replies[start : start + len(todo)], strict=True):
-            c.links = scored(row) if cursor == b"0" else all_links(ctx.redis, ctx.keys, c.ns, c.id)
+        for c, links in zip(todo, decode(replies), strict=True):
+            c.links = links
 
     return decoder
 

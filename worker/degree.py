@@ -104,20 +104,16 @@ def _crowded(
     ctx: WorkerContext, ns: str, weakest: dict[str, int]
 ) -> tuple[dict[str, dict[str, float]], dict[str, dict[bytes, bytes | None]]]:
     """The links of each crowded note, and the metadata of its ``weakest[note]`` weakest links,
-    in one round trip (a link set not returned whole by its ZSCAN is read again with ZRANGE)."""
+    in one round trip."""
     ids = list(weakest)
     pipe = bulk.BulkPipeline(ctx.redis)
-    for nid in ids:
-        pipe.queue("ZSCAN", ctx.keys.links(ns, nid), 0, "COUNT", notes.LINKS_SCAN)
+    decode = notes.queue_links(pipe, ctx.redis, ctx.keys, [(ns, nid) for nid in ids])
     keys = [ctx.keys.links(ns, nid) for nid in ids] + [ctx.keys.linkmeta(ns, nid) for nid in ids]
     pipe.queue("EVAL", WEAKEST_LUA, len(keys), *keys, *weakest.values())
     replies = pipe.execute()
-    links, metas = {}, {}
-    for nid, (cursor, row), meta in zip(ids, replies[:-1], replies[-1], strict=True):
-        whole = cursor == b"0"
-        links[nid] = bulk.scored(row) if whole else notes.all_links(ctx.redis, ctx.keys, ns, nid)
-        metas[nid] = dict(zip(meta[::2], meta[1::2], strict=True))
-    return links, metas
+    rows = zip(ids, replies[-1], strict=True)
+    metas = {nid: dict(zip(row[::2], row[1::2], strict=True)) for nid, row in rows}
+    return dict(zip(ids, decode(replies), strict=True)), metas
 
 
 def _meta(metas: dict[str, dict[bytes, bytes | None]], a: str, b: str) -> dict[str, Any]:

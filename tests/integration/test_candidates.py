@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from worker import candidates
+from worker import notes
 from worker.candidates import Cand, load_links
 
 
@@ -12,7 +12,7 @@ from worker.candidates import Cand, load_links
 def test_links_come_back_whole_with_their_weights(ctx, monkeypatch, degree):
     """A small link set comes back in ZRANGE's order; one too large for a single ZSCAN reply
     (here: over LINKS_SCAN) is read again with ZRANGE."""
-    monkeypatch.setattr(candidates, "LINKS_SCAN", 50)
+    monkeypatch.setattr(notes, "LINKS_SCAN", 50)
     links = {f"n{i:03d}": round(0.1 + i / 1000, 4) for i in range(degree)}
     ctx.redis.zadd(ctx.keys.links("ns", "a"), links)
     reread = []
