@@ -112,10 +112,7 @@ def _ack_and_read(
     if read:
         pipe.xreadgroup(GROUP, ctx.consumer, {key: ">"}, count=ctx.settings.batch_size)
     replies = pipe.execute()
-    renewed = replies[-2] if read else replies[-1]
-    if not renewed:
-        lease.held = False
-        raise LeaseLost(f"lost {lease.key}")
+    lease.renewed(replies[-2] if read else replies[-1])
     got = replies[-1] if read else None
     return list(got[0][1]) if got else []
 

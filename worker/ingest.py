@@ -59,15 +59,7 @@ def handle_jobs(ctx: WorkerContext, ns: str, entries: Sequence[Entry]) -> None:
     lock = Lease(ctx.redis, ctx.keys.lock(ns), ctx.settings.lease_s, owner=ctx.consumer)
     proj = ctx.projection(ns)
     groups = [(op, list(group)) for op, group in groupby(entries, key=lambda e: e[1].op)]
-    first: _Read | None = None
-    if groups and groups[0][0] == "store":
-        try:
-            first = _read(ctx, proj, _rounds(groups[0][1])[0], lock)  # type: ignore[arg-type]
-        except BaseException:
-            lock.release()
-            raise
-        if not lock.held:
-            first = None  # read without the lock: read again once it is taken
+    first = _read_taking(ctx, proj, groups, lock)
     index_stats: dict[str, Any] = {}
     with lock as lease:
         with lease.kept():
@@ -84,6 +76,22 @@ def handle_jobs(ctx: WorkerContext, ns: str, entries: Sequence[Entry]) -> None:
             pipe.hset(ctx.keys.stats(ns), mapping=index_stats)
             pipe.sadd(ctx.keys.namespaces(), ns)
         lease.release(pipe)
+
+
+def _read_taking(
+    ctx: WorkerContext, proj: Projection, groups: list[tuple[str, list[Entry]]], lock: Lease
+) -> _Read | None:
+    """When the jobs start with stores, the first round's read, in the round trip that tries
+    to take ``lock``; None when they do not, or when another held the lock (the round is then
+    read again once it is taken)."""
+    if not groups or groups[0][0] != "store":
+        return None
+    try:
+        read = _read(ctx, proj, _rounds(groups[0][1])[0], lock)  # type: ignore[arg-type]
+    except BaseException:
+        lock.release()
+        raise
+    return read if lock.held else None
 
 
 def _rounds(entries: list[Entry]) -> list[list[Entry]]:

@@ -81,14 +81,17 @@ class Lease:
 
     def renew(self) -> None:
         with self._renewing:
-            if not self.r.eval(RENEW_LUA, 1, self.key, self.token, self.ttl_ms):
-                self.held = False
-                raise LeaseLost(f"lost {self.key}")
+            self.renewed(self.r.eval(RENEW_LUA, 1, self.key, self.token, self.ttl_ms))
 
     def queue_renew(self, pipe: Pipeline) -> None:
-        """Queue a renewal in the caller's pipeline; its reply is 0 when the lease is gone (the
-        caller then sets ``held`` to False and raises LeaseLost)."""
+        """Queue a renewal in the caller's pipeline; pass its reply to ``renewed``."""
         pipe.eval(RENEW_LUA, 1, self.key, self.token, self.ttl_ms)
+
+    def renewed(self, reply: object) -> None:
+        """Check the reply of a renewal: LeaseLost (and no longer held) when the lease is gone."""
+        if not reply:
+            self.held = False
+            raise LeaseLost(f"lost {self.key}")
 
     @contextmanager
     def kept(self) -> Iterator[Lease]:
