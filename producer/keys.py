@@ -10,6 +10,7 @@ P:{sN}:inbox                   stream  packed jobs (store/delete) for the namesp
                                        consumer group ``zq``; entries deleted once committed
 P:{sN}:lease                   string  token of the worker draining shard N (PX lease_ms)
 P:{sN}:kicked                  string  set while a drain task for shard N is queued
+P:{sN}:drainer                 string  the worker process that last drained shard N
 P:search                       list    packed SearchJob requests, served by every worker process
 P:reply:<job_id>               list    one packed Reply, EXPIRE result_ttl_s; the caller BLPOPs it
 P:dead                         stream  dead-lettered jobs: raw payload, reason, source, time
@@ -80,6 +81,9 @@ class Keys:
 
     def kicked(self, shard: int) -> str:
         return f"{self.prefix}:{{s{shard}}}:kicked"
+
+    def drainer(self, shard: int) -> str:
+        return f"{self.prefix}:{{s{shard}}}:drainer"
 
     # global keys
     def search_queue(self) -> str:

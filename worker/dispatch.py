@@ -3,7 +3,11 @@
 One runs in each Celery worker's main process. It wakes on new entries (XREAD BLOCK) and,
 every ``sweep_interval_s``, sweeps all shards for a backlog that no drain holds (a worker
 died, a task was lost), so recovery never depends on Celery's visibility timeout. The
-``kicked`` flag keeps several dispatchers from queueing duplicate drains.
+``kicked`` flag keeps several dispatchers from queueing duplicate drains, and new entries
+on a shard that a drain holds queue nothing: that drain reads them itself, and looks at the
+backlog again after releasing its lease (``drain_shard``). Drains are then queued only when a
+shard has no drain, or by a drain that hands its shard over, so a shard keeps its worker (and
+that worker's current projection) for as long as the shards outnumber the workers in turn.
 """
 
 from __future__ import annotations
@@ -32,19 +36,38 @@ def kick(r: Redis, keys: Keys, shard: int, ttl_s: float, send: Callable[[int], N
     return True
 
 
+#: KEYS: the shard's kick flag, its lease; ARGV: the flag's TTL in ms. Sets the flag (NX)
+#: unless a drain holds the shard; 1 when it was set.
+KICK_IDLE_LUA = """
+if redis.call('EXISTS', KEYS[2]) == 1 then return 0 end
+if redis.call('SET', KEYS[1], 1, 'NX', 'PX', ARGV[1]) then return 1 end
+return 0
+"""
+
+
+def kick_idle(r: Redis, keys: Keys, shard: int, ttl_s: float, send: Callable[[int], None]) -> bool:
+    """Queue a drain of ``shard`` unless one is queued already or a drain holds the shard;
+    True when one was queued."""
+    flag = r.register_script(KICK_IDLE_LUA)(
+        keys=[keys.kicked(shard), keys.lease(shard)], args=[int(ttl_s * 1000)]
+    )
+    if not flag:
+        return False
+    send(shard)
+    return True
+
+
 def sweep(r: Redis, keys: Keys, ttl_s: float, send: Callable[[int], None]) -> list[int]:
     """Kick every shard that has a backlog and no live drain; return the shards kicked."""
     pipe = r.pipeline(transaction=False)
     for shard in range(keys.shard_count):
         pipe.xlen(keys.inbox(shard))
-        pipe.exists(keys.lease(shard))
-    replies = pipe.execute()
-    kicked = []
-    for shard in range(keys.shard_count):
-        backlog, leased = replies[2 * shard], replies[2 * shard + 1]
-        if backlog and not leased and kick(r, keys, shard, ttl_s, send):
-            kicked.append(shard)
-    return kicked
+    backlogs = pipe.execute()
+    return [
+        shard
+        for shard, backlog in enumerate(backlogs)
+        if backlog and kick_idle(r, keys, shard, ttl_s, send)
+    ]
 
 
 class Dispatcher:
@@ -95,4 +118,4 @@ class Dispatcher:
             for stream, entries in r.xread(streams, block=block_ms) or []:
                 name = stream.decode()
                 streams[name] = entries[-1][0].decode()
-                kick(r, self.keys, shard_of[name], self.settings.lease_s, self.send)
+                kick_idle(r, self.keys, shard_of[name], self.settings.lease_s, self.send)

@@ -41,8 +41,8 @@ from worker.signing import SignatureRejected, check_signature
 log = logging.getLogger(__name__)
 
 GROUP = "zq"  #: the consumer group every worker reads shard streams through
-#: a drain hands its shard back after this long when another shard's drain waits for a worker,
-#: so other tasks get a turn; when none waits it keeps the shard (and its warm projection)
+#: a drain hands its shard over after this long when another shard's drain waits for a worker,
+#: so other shards get a turn; when none waits it keeps the shard (and its warm projection)
 SLICE_S = 5.0
 
 RawEntry = tuple[bytes, dict[bytes, bytes]]
@@ -52,6 +52,7 @@ RawEntry = tuple[bytes, dict[bytes, bytes]]
 class DrainResult:
     processed: int
     more: bool  #: the shard still has entries; drain it again
+    handover: int | None = None  #: the waiting shard this worker should drain next
 
 
 def drain_shard(ctx: WorkerContext, shard: int, *, wait_ms: int | None = None) -> DrainResult:
@@ -61,39 +62,43 @@ def drain_shard(ctx: WorkerContext, shard: int, *, wait_ms: int | None = None) -
         return DrainResult(0, more=False)
     counter = [0]
     try:
+        ctx.redis.set(ctx.keys.drainer(shard), ctx.consumer)
         ensure_group(ctx, shard)
-        sliced = _drain_batches(ctx, shard, lease, counter, wait_ms)
+        handover = _drain_batches(ctx, shard, lease, counter, wait_ms)
     except LeaseLost as exc:
         log.warning("shard=%d handed over after %d jobs: %s", shard, counter[0], exc)
         return DrainResult(counter[0], more=True)
     finally:
         lease.release()
-    return DrainResult(counter[0], more=sliced or backlog(ctx, shard) > 0)
+    more = handover is not None or backlog(ctx, shard) > 0
+    return DrainResult(counter[0], more, handover)
 
 
 def _drain_batches(
     ctx: WorkerContext, shard: int, lease: Lease, counter: list[int], wait_ms: int | None
-) -> bool:
-    """Process batches until the shard is empty (False) or the time slice is used up (True);
-    ``counter[0]`` counts the jobs processed so far, even when a LeaseLost ends the drain.
-    A batch is acknowledged in the same round trip that renews the lease and reads the next."""
+) -> int | None:
+    """Process batches until the shard is empty (None) or, once a batch ends its time slice,
+    another shard waits for a worker (that shard); ``counter[0]`` counts the jobs processed so
+    far, even when a LeaseLost ends the drain. A batch is acknowledged in the same round trip
+    that renews the lease and reads the next."""
     with lease.kept():
         done = _process(ctx, shard, _reclaim(ctx, shard))
     counter[0] += len(done)
     started = time.monotonic()
     wait = ctx.settings.batch_wait_ms if wait_ms is None else wait_ms
     while True:
-        if time.monotonic() - started > SLICE_S:
-            if others_waiting(ctx, shard):
-                _ack_and_read(ctx, shard, lease, done, read=False)
-                return True
-            started = time.monotonic()
         batch = _read(ctx, shard, wait, _ack_and_read(ctx, shard, lease, done, read=True))
         if not batch:
-            return False
+            return None
         with lease.kept():
             done = _process(ctx, shard, batch)
         counter[0] += len(done)
+        if time.monotonic() - started > SLICE_S:
+            handover = next_shard(ctx, shard)
+            if handover is not None:
+                _ack_and_read(ctx, shard, lease, done, read=False)
+                return handover
+            started = time.monotonic()
 
 
 def _ack_and_read(
@@ -117,16 +122,31 @@ def _ack_and_read(
     return list(got[0][1]) if got else []
 
 
-def others_waiting(ctx: WorkerContext, shard: int) -> bool:
-    """Whether another shard's drain is queued and not yet taken by any worker (its kick flag
-    is set and nobody holds its lease): every worker is busy, so this one should yield."""
+def next_shard(ctx: WorkerContext, shard: int) -> int | None:
+    """The shard a drain of ``shard`` should hand over to: one whose drain is queued and not yet
+    taken by any worker (its kick flag is set and nobody holds its lease), so every worker is
+    busy; None when there is none. Of those, the one this process drained last (its projections
+    of that shard's namespaces need no catch-up) wins unless another has waited a whole slice
+    longer, so with more shards than workers each worker keeps to the same shards in turn
+    instead of catching up every namespace the others organised."""
     others = [s for s in range(ctx.keys.shard_count) if s != shard]
     pipe = ctx.redis.pipeline(transaction=False)
     for other in others:
-        pipe.exists(ctx.keys.kicked(other))
+        pipe.pttl(ctx.keys.kicked(other))
         pipe.exists(ctx.keys.lease(other))
+        pipe.get(ctx.keys.drainer(other))
     replies = pipe.execute()
-    return any(replies[2 * i] and not replies[2 * i + 1] for i in range(len(others)))
+    flag_ms, me = ctx.settings.lease_s * 1000, ctx.consumer.encode()
+    best: tuple[float, int] | None = None
+    for i, other in enumerate(others):
+        pttl, leased, drainer = replies[3 * i : 3 * i + 3]
+        if pttl == -2 or leased:  # no drain queued, or a worker has it
+            continue
+        waited_s = max(flag_ms - pttl, 0) / 1000 if pttl > 0 else 0.0
+        score = waited_s + (SLICE_S if drainer == me else 0.0)
+        if best is None or score > best[0]:
+            best = (score, other)
+    return None if best is None else best[1]
 
 
 def backlog(ctx: WorkerContext, shard: int) -> int:
@@ -305,9 +325,15 @@ def dead_letter(
 
 
 def run_drain(ctx: WorkerContext, shard: int, send: Callable[[int], None]) -> int:
-    """The drain task: clear the kick flag, drain, and queue another drain if work remains."""
-    ctx.redis.delete(ctx.keys.kicked(shard))
-    result = drain_shard(ctx, shard)
-    if result.more:
-        kick(ctx.redis, ctx.keys, shard, ctx.settings.lease_s, send)
-    return result.processed
+    """The drain task: clear the kick flag and drain; queue another drain if work remains. A
+    drain that hands its shard over goes on with the shard it handed over to, in this task."""
+    processed = 0
+    next_: int | None = shard
+    while next_ is not None:
+        ctx.redis.delete(ctx.keys.kicked(next_))
+        result = drain_shard(ctx, next_)
+        processed += result.processed
+        if result.more:
+            kick(ctx.redis, ctx.keys, next_, ctx.settings.lease_s, send)
+        next_ = result.handover
+    return processed

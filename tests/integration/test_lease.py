@@ -1,4 +1,4 @@
-"""Leases, the fenced commit (worker.lease) and the drain's time slice, against the real Redis."""
+"""Leases and the fenced commit (worker.lease), against the real Redis."""
 
 from __future__ import annotations
 
@@ -12,7 +12,6 @@ from redis.exceptions import ResponseError
 from producer import MemoryClient
 from tests.conftest import drain_all
 from worker.context import WorkerContext
-from worker.drain import others_waiting
 from worker.lease import Lease, LeaseLost
 
 
@@ -92,19 +91,6 @@ def test_fenced_commit_raises_the_first_command_error(redis_db: Redis) -> None:
         pipe.execute()
     assert redis_db.ping() is True
     lease.release()
-
-
-def test_a_drain_yields_its_shard_only_when_another_drain_waits_for_a_worker(
-    ctx: WorkerContext,
-) -> None:
-    r, keys = ctx.redis, ctx.keys
-    assert not others_waiting(ctx, 0)
-    r.set(keys.kicked(0), 1)  # its own kick does not count
-    assert not others_waiting(ctx, 0)
-    r.set(keys.kicked(1), 1)  # shard 1's drain is queued and no worker has taken it
-    assert others_waiting(ctx, 0)
-    r.set(keys.lease(1), b"worker-b")  # a worker took it
-    assert not others_waiting(ctx, 0)
 
 
 def test_a_kept_lease_outlives_a_step_longer_than_its_ttl(redis_db: Redis) -> None:

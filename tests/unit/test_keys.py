@@ -27,7 +27,12 @@ NAMESPACE_KEYS: list[Callable[[Keys, str], str]] = [
     Keys.refused,
     Keys.judge,
 ]
-SHARD_KEYS: list[Callable[[Keys, int], str]] = [Keys.inbox, Keys.lease, Keys.kicked]
+SHARD_KEYS: list[Callable[[Keys, int], str]] = [
+    Keys.inbox,
+    Keys.lease,
+    Keys.kicked,
+    Keys.drainer,
+]
 GLOBAL_KEYS: list[Callable[[Keys], str]] = [
     Keys.search_queue,
     lambda k: k.reply("job1"),
