@@ -4,6 +4,7 @@ ends; and a drain's hand-over to another waiting shard when its time slice is up
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
@@ -153,3 +154,50 @@ def test_a_drain_task_goes_on_with_the_shard_it_hands_over_to(
         assert ctx.redis.get(ctx.keys.drainer(1)) == ctx.consumer.encode()
     finally:
         ctx.close()
+
+
+def test_entries_read_as_the_shard_lease_is_lost_are_reclaimed_by_the_next_drain(
+    redis_db: Redis, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The batch read in the round trip whose lease renewal fails stays pending for the drain
+    that lost the lease; the next drain claims it once it has been idle for ZQ_LEASE_S, and
+    every note is organised once."""
+    settings = make_settings(tmp_path, batch_size=1, lease_s=1.0)
+    first, second = WorkerContext.build(settings), WorkerContext.build(settings)
+    try:
+        with MemoryClient(settings) as client:
+            ns = "handed"
+            ids = [client.store(f"Note {i} of the shard.", namespace=ns) for i in range(3)]
+        shard = first.keys.shard_of(ns)
+        process = drain_module._process
+
+        def lose_lease_after_the_first_batch(ctx: WorkerContext, s: int, batch: list) -> list:
+            done = process(ctx, s, batch)
+            if batch:  # it expired and worker b took it
+                ctx.redis.set(ctx.keys.lease(s), b"worker-b/took-it", px=500)
+            return done
+
+        monkeypatch.setattr(drain_module, "_process", lose_lease_after_the_first_batch)
+        lost = drain_shard(first, shard)
+        assert (lost.processed, lost.more) == (1, True)
+        pending = first.redis.xpending(first.keys.inbox(shard), drain_module.GROUP)
+        assert pending["pending"] == 1  # the batch read with the failed renewal, still unacked
+        monkeypatch.setattr(drain_module, "_process", process)
+        assert drain_shard(second, shard).processed == 0  # b's lease still holds the shard
+        time.sleep(1.1)  # b's lease expired; the pending entry has been idle for ZQ_LEASE_S
+        organised = 0
+        while True:
+            result = drain_shard(second, shard)
+            organised += result.processed
+            if not result.more:
+                break
+        assert organised == 2
+        active = {m.decode() for m in second.redis.zrange(second.keys.active(ns), 0, -1)}
+        assert active == set(ids)
+        creates = [
+            e for _, e in second.redis.xrange(second.keys.audit(ns)) if e[b"op"] == b"create"
+        ]
+        assert len(creates) == 3
+    finally:
+        first.close()
+        second.close()
