@@ -14,8 +14,9 @@ for the cores) the producers stop and the workers drain what is left; "organised
 every acknowledged note divided by the time from the first store until the backlog is empty,
 and "drain organised/s" the backlog left at the end divided by the time the workers took to
 empty it with the producers stopped (the workers' throughput without producers on the CPUs).
-Each row also gives the cores the worker processes and Redis used in each phase (CPU seconds
-from /proc over the phase's wall time) and the AOF rewrites Redis ran during the run.
+Each row also gives the cores the worker processes, Redis and the whole host (producers
+included) used in each phase (CPU seconds from /proc over the phase's wall time) and the AOF
+rewrites Redis ran during the run.
 
 The check afterwards: each namespace's active notes are exactly the acknowledged ids, each was
 created once (one ``create`` in the audit stream), and worker.integrity finds no invalid,
@@ -145,12 +146,21 @@ def cpu_s(pid: int) -> float:
     return total
 
 
-def _cpu(procs: list[subprocess.Popen[bytes]], redis_pid: int) -> tuple[float, float]:
-    """CPU seconds so far of the worker processes (with their pool processes) and of Redis."""
-    return sum(cpu_s(p.pid) for p in procs), cpu_s(redis_pid)
+def host_busy_s() -> float:
+    """CPU seconds the whole host has spent busy (every state of /proc/stat's cpu line but
+    idle and iowait), over all its cores."""
+    fields = [int(x) for x in Path("/proc/stat").read_text().split("\n", 1)[0].split()[1:]]
+    idle = fields[3] + fields[4]
+    return (sum(fields[:8]) - idle) / os.sysconf("SC_CLK_TCK")
 
 
-def _cores(cpu: list[tuple[float, float]], i: int, load_s: float, drain_s: float) -> str:
+def _cpu(procs: list[subprocess.Popen[bytes]], redis_pid: int) -> tuple[float, float, float]:
+    """CPU seconds so far of the worker processes (with their pool processes), of Redis and of
+    the whole host."""
+    return sum(cpu_s(p.pid) for p in procs), cpu_s(redis_pid), host_busy_s()
+
+
+def _cores(cpu: list[tuple[float, float, float]], i: int, load_s: float, drain_s: float) -> str:
     """Cores used by one side in the load phase and in the drain phase, as "x.xx / y.yy"."""
     load = (cpu[1][i] - cpu[0][i]) / load_s
     drain = (cpu[2][i] - cpu[1][i]) / drain_s if drain_s > 0 else 0.0
@@ -229,6 +239,7 @@ def run(workers: int, args: argparse.Namespace, tmp: Path) -> dict[str, object]:
                 "stored": stores,
                 "worker cores (load/drain)": _cores(cpu, 0, load_s, drain_s),
                 "redis cores (load/drain)": _cores(cpu, 1, load_s, drain_s),
+                "host busy cores (load/drain)": _cores(cpu, 2, load_s, drain_s),
                 "aof rewrites": int(ctx.redis.info("persistence")["aof_rewrites"]) - rewrites,
                 "errors": dict(errors),
                 **_verify(ctx, acked),
