@@ -28,27 +28,19 @@ from worker.settings import WorkerSettings
 log = logging.getLogger(__name__)
 
 
-def kick(r: Redis, keys: Keys, shard: int, ttl_s: float, send: Callable[[int], None]) -> bool:
-    """Queue a drain of ``shard`` unless one is queued already; True when one was queued."""
-    if not r.set(keys.kicked(shard), 1, nx=True, px=int(ttl_s * 1000)):
-        return False
-    send(shard)
-    return True
-
-
 #: KEYS: the shard's kick flag, its lease; ARGV: the flag's TTL in ms. Sets the flag (NX)
 #: unless a drain holds the shard; 1 when it was set.
-KICK_IDLE_LUA = """
+KICK_LUA = """
 if redis.call('EXISTS', KEYS[2]) == 1 then return 0 end
 if redis.call('SET', KEYS[1], 1, 'NX', 'PX', ARGV[1]) then return 1 end
 return 0
 """
 
 
-def kick_idle(r: Redis, keys: Keys, shard: int, ttl_s: float, send: Callable[[int], None]) -> bool:
+def kick(r: Redis, keys: Keys, shard: int, ttl_s: float, send: Callable[[int], None]) -> bool:
     """Queue a drain of ``shard`` unless one is queued already or a drain holds the shard;
     True when one was queued."""
-    flag = r.register_script(KICK_IDLE_LUA)(
+    flag = r.register_script(KICK_LUA)(
         keys=[keys.kicked(shard), keys.lease(shard)], args=[int(ttl_s * 1000)]
     )
     if not flag:
@@ -66,7 +58,7 @@ def sweep(r: Redis, keys: Keys, ttl_s: float, send: Callable[[int], None]) -> li
     return [
         shard
         for shard, backlog in enumerate(backlogs)
-        if backlog and kick_idle(r, keys, shard, ttl_s, send)
+        if backlog and kick(r, keys, shard, ttl_s, send)
     ]
 
 
@@ -118,4 +110,4 @@ class Dispatcher:
             for stream, entries in r.xread(streams, block=block_ms) or []:
                 name = stream.decode()
                 streams[name] = entries[-1][0].decode()
-                kick_idle(r, self.keys, shard_of[name], self.settings.lease_s, self.send)
+                kick(r, self.keys, shard_of[name], self.settings.lease_s, self.send)

@@ -325,8 +325,9 @@ def dead_letter(
 
 
 def run_drain(ctx: WorkerContext, shard: int, send: Callable[[int], None]) -> int:
-    """The drain task: clear the kick flag and drain; queue another drain if work remains. A
-    drain that hands its shard over goes on with the shard it handed over to, in this task."""
+    """The drain task: clear the kick flag and drain; queue another drain if work remains and no
+    other worker has taken the shard meanwhile. A drain that hands its shard over goes on with
+    the shard it handed over to, in this task."""
     processed = 0
     next_: int | None = shard
     while next_ is not None:

@@ -15,7 +15,7 @@ from producer import MemoryClient
 from tests.conftest import make_settings
 from worker import drain as drain_module
 from worker.context import WorkerContext
-from worker.dispatch import kick_idle, sweep
+from worker.dispatch import kick, sweep
 from worker.drain import SLICE_S, drain_shard, next_shard, run_drain
 from worker.lease import Lease
 
@@ -28,8 +28,8 @@ def _sent() -> tuple[list[int], Callable[[int], None]]:
 
 def test_a_kick_queues_one_drain_for_an_idle_shard(ctx: WorkerContext) -> None:
     sent, send = _sent()
-    assert kick_idle(ctx.redis, ctx.keys, 0, 10, send)
-    assert not kick_idle(ctx.redis, ctx.keys, 0, 10, send)  # one is queued already
+    assert kick(ctx.redis, ctx.keys, 0, 10, send)
+    assert not kick(ctx.redis, ctx.keys, 0, 10, send)  # one is queued already
     assert sent == [0]
     assert ctx.redis.pttl(ctx.keys.kicked(0)) > 0  # a lost task cannot block the shard for ever
 
@@ -38,10 +38,10 @@ def test_a_kick_queues_nothing_while_a_drain_holds_the_shard(ctx: WorkerContext)
     sent, send = _sent()
     holder = Lease(ctx.redis, ctx.keys.lease(1), 10, owner="worker-b")
     assert holder.acquire()
-    assert not kick_idle(ctx.redis, ctx.keys, 1, 10, send)
+    assert not kick(ctx.redis, ctx.keys, 1, 10, send)
     assert not ctx.redis.exists(ctx.keys.kicked(1))
     holder.release()
-    assert kick_idle(ctx.redis, ctx.keys, 1, 10, send)
+    assert kick(ctx.redis, ctx.keys, 1, 10, send)
     assert sent == [1]
 
 
@@ -77,7 +77,7 @@ def test_entries_that_arrive_as_a_drain_ends_are_reported_for_another_drain(
         if lease.key == ctx.keys.lease(shard) and not late:
             _, send = _sent()
             late.append(client.store("A note stored just before the release.", namespace=ns))
-            assert not kick_idle(ctx.redis, ctx.keys, shard, 10, send)  # still held
+            assert not kick(ctx.redis, ctx.keys, shard, 10, send)  # still held
         release(lease)
 
     monkeypatch.setattr(Lease, "release", store_then_release)
