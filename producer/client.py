@@ -149,11 +149,10 @@ class MemoryClient:
             with redis_errors():
                 pipe = self._redis.pipeline(transaction=False)
                 pipe.hgetall(self.keys.note(ns, target))
-                pipe.zrange(self.keys.links(ns, target), 0, -1, withscores=True)
-                pipe.hgetall(self.keys.linkmeta(ns, target))
-                fields, links, metas = pipe.execute()
+                pipe.hgetall(self.keys.links(ns, target))
+                fields, links = pipe.execute()
             target = self._core.merged_into(fields)
-        return self._core.parse_note(ns, note_id, fields, links, metas)
+        return self._core.parse_note(ns, note_id, fields, links)
 
     def connected(
         self, note_id: str, *, namespace: str | None = None, max_hops: int = 2
@@ -168,14 +167,14 @@ class MemoryClient:
             with redis_errors():
                 pipe = self._redis.pipeline(transaction=False)
                 for nid in frontier:
-                    pipe.zrange(self.keys.links(ns, nid), 0, -1, withscores=True, desc=True)
+                    pipe.hgetall(self.keys.links(ns, nid))
                 rows = pipe.execute()
             frontier = walk_step(found, note_id, frontier, rows, hop)
         with redis_errors():
             pipe = self._redis.pipeline(transaction=False)
             for nid, (_, via, _) in found.items():
                 pipe.hget(self.keys.note(ns, nid), "content")
-                pipe.hget(self.keys.linkmeta(ns, via), nid)
+                pipe.hget(self.keys.links(ns, via), nid)
             rows = pipe.execute()
         return to_neighbours(found, rows[0::2], rows[1::2])
 

@@ -9,7 +9,6 @@ from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from typing import Any
 
-import msgpack
 from redis.asyncio.retry import Retry as AsyncRetry
 from redis.backoff import ExponentialWithJitterBackoff
 from redis.exceptions import (
@@ -44,6 +43,8 @@ from producer.protocol import (
     Reply,
     SearchJob,
     Stats,
+    link_meta,
+    link_weight,
     new_id,
     note_from_hash,
     pack,
@@ -211,13 +212,13 @@ class ClientCore:
             raise JobFailed(reply.error or "unknown error")
         return reply
 
-    def parse_note(
-        self, namespace: str, note_id: str, fields: Any, links: Any, metas: Any = None
-    ) -> Note:
+    def parse_note(self, namespace: str, note_id: str, fields: Any, links: Any) -> Note:
+        """A note from its hash and its links hash (both read with HGETALL)."""
         if not fields or fields.get(b"status") != b"active":
             raise NotFound(f"no active note {note_id!r} in namespace {namespace!r}")
-        labels = {k.decode(): link_label(m) for k, m in (metas or {}).items()}
-        return note_from_hash(fields, {k.decode(): float(w) for k, w in links}, labels)
+        weights = {k.decode(): link_weight(raw) for k, raw in links.items()}
+        labels = {k.decode(): link_label(raw) for k, raw in links.items()}
+        return note_from_hash(fields, weights, labels)
 
     def merged_into(self, fields: Any) -> str | None:
         """The survivor's id when this note hash is a near-duplicate merged away, else None."""
@@ -318,12 +319,15 @@ def walk_step(
     rows: list[Any],
     hop: int,
 ) -> list[str]:
+    """One breadth-first hop: ``rows`` are the links hashes (HGETALL) of ``frontier``; each
+    parent's neighbours are taken strongest link first."""
     nxt: list[str] = []
     for parent, links in zip(frontier, rows, strict=True):
-        for raw, weight in links:
-            nid = raw.decode()
+        weights = sorted(((link_weight(raw), nb) for nb, raw in links.items()), reverse=True)
+        for weight, raw_id in weights:
+            nid = raw_id.decode()
             if nid != origin and nid not in found:
-                found[nid] = (hop, parent, float(weight))
+                found[nid] = (hop, parent, weight)
                 nxt.append(nid)
     return nxt
 
@@ -340,9 +344,6 @@ def to_neighbours(
 
 
 def link_label(raw: bytes | None) -> str:
-    """The relation label in a packed linkmeta value ("related" for links older than labels;
-    "" when there is no value)."""
-    if not raw:
-        return ""
-    meta = msgpack.unpackb(raw, raw=False)
-    return str(meta.get("label", "related")) if isinstance(meta, dict) else ""
+    """The relation label of a packed link ("related" when it has none; "" when there is no
+    link)."""
+    return str(link_meta(raw).get("label", "related")) if raw else ""

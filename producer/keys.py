@@ -22,8 +22,9 @@ P:redbeat:*                    (beat)  celery-redbeat's schedule and leader lock
 P:vcache:<embedder>:<sha256>   string  float32 vector of the text with that SHA-256 (hex) by
                                        that embedder; EX vector_cache_ttl_s
 P:{ns}:note:<id>               hash    one note (fields: see producer.protocol.NOTE_FIELDS)
-P:{ns}:links:<id>              zset    neighbour id -> link weight
-P:{ns}:linkmeta:<id>           hash    neighbour id -> packed {reason, label, source, at}
+P:{ns}:links:<id>              hash    neighbour id -> packed link: the weight (float64, little
+                                       endian) then msgpack {reason, label, source, at}; one
+                                       hash per end (the ends' labels can differ)
 P:{ns}:active                  zset    active note id -> seq (the FAISS int64 id)
 P:{ns}:seqs                    hash    seq -> note id (active and tombstoned)
 P:{ns}:seq                     string  last seq handed out (INCR)
@@ -117,9 +118,6 @@ class Keys:
 
     def links(self, ns: str, note_id: str) -> str:
         return f"{self.prefix}:{{{ns}}}:links:{note_id}"
-
-    def linkmeta(self, ns: str, note_id: str) -> str:
-        return f"{self.prefix}:{{{ns}}}:linkmeta:{note_id}"
 
     def active(self, ns: str) -> str:
         return f"{self.prefix}:{{{ns}}}:active"

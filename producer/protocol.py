@@ -8,6 +8,7 @@ fields so that a newer producer can add optional ones; a job whose ``v`` is not
 from __future__ import annotations
 
 import os
+import struct
 import time
 from collections.abc import Mapping
 from typing import Any, Literal, TypeVar
@@ -249,6 +250,40 @@ def validate(model: type[M], obj: Any) -> M:
         return model.model_validate(obj)
     except (ValueError, TypeError, ValidationError) as exc:
         raise ProtocolError(f"cannot decode {model.__name__}: {exc}") from exc
+
+
+#: A link as stored in its note's links hash (one per direction): the weight as a little-endian
+#: float64, then the msgpack of its metadata {reason, label, source, at}.
+LINK_WEIGHT = struct.Struct("<d")
+
+
+def pack_link(weight: float, meta: Mapping[str, Any]) -> bytes:
+    return LINK_WEIGHT.pack(weight) + bytes(msgpack.packb(dict(meta)))
+
+
+def link_weight(raw: bytes) -> float:
+    return float(LINK_WEIGHT.unpack_from(raw)[0])
+
+
+def unpack_link(raw: bytes) -> tuple[float, dict[str, Any]]:
+    """The weight and the metadata, as stored, of a packed link."""
+    packed = raw[LINK_WEIGHT.size :]
+    meta = msgpack.unpackb(packed, raw=False) if packed else {}
+    return link_weight(raw), meta if isinstance(meta, dict) else {}
+
+
+def link_meta(raw: bytes | None) -> dict[str, Any]:
+    """The metadata of a packed link ({} when there is no link or it carries none); a link
+    without a label reads as "related"."""
+    meta = unpack_link(raw)[1] if raw else {}
+    return {"label": "related", **meta} if meta else {}
+
+
+def link_weights(reply: Mapping[bytes, bytes] | list[bytes]) -> dict[str, float]:
+    """A links hash read whole (HGETALL, RESP2 flat or a map) as neighbour -> weight."""
+    if isinstance(reply, Mapping):
+        return {nb.decode(): link_weight(raw) for nb, raw in reply.items()}
+    return {reply[i].decode(): link_weight(reply[i + 1]) for i in range(0, len(reply), 2)}
 
 
 def new_id() -> str:

@@ -3,9 +3,8 @@
 redis-py spends most of a large pipeline's client time packing each command and running each
 reply through its response callbacks. These pipelines keep redis-py's command methods (so
 callers queue ``pipe.hset(...)``, ``pipe.hmget(...)`` as usual) but pack the whole batch with
-hiredis in C and return the raw replies: bytes, ints, None and lists (on RESP2, ZRANGE
-WITHSCORES gives ``[member, score, ...]`` with scores as bytes and HGETALL
-``[field, value, ...]``). ``fields``, ``pairs`` and ``scored`` decode those shapes.
+hiredis in C and return the raw replies: bytes, ints, None and lists (on RESP2, HGETALL gives
+``[field, value, ...]``, which ``fields`` turns into a dict).
 """
 
 from __future__ import annotations
@@ -64,18 +63,6 @@ def fields(reply: list[bytes] | dict[bytes, bytes]) -> dict[bytes, bytes]:
     if isinstance(reply, dict):
         return reply
     return dict(zip(reply[::2], reply[1::2], strict=True))
-
-
-def pairs(reply: list[bytes] | dict[bytes, bytes]) -> dict[str, bytes]:
-    """A raw HGETALL reply as {field name: value}."""
-    return {k.decode(): v for k, v in fields(reply).items()}
-
-
-def scored(reply: list[Any]) -> dict[str, float]:
-    """A raw ZRANGE ... WITHSCORES reply as {member: score}: flat on RESP2, pairs on RESP3."""
-    if reply and isinstance(reply[0], list):
-        return {m.decode(): float(w) for m, w in reply}
-    return {reply[i].decode(): float(reply[i + 1]) for i in range(0, len(reply), 2)}
 
 
 class BulkTransaction(Pipeline):  # type: ignore[misc]  # redis-py's Pipeline is untyped

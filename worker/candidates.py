@@ -13,9 +13,9 @@ import numpy as np
 import numpy.typing as npt
 
 from producer.core import link_label
-from producer.protocol import PACKED_FIELDS, Hit
-from worker import notes, ranking
-from worker.bulk import BulkPipeline, pairs
+from producer.protocol import PACKED_FIELDS, Hit, link_weights
+from worker import ranking
+from worker.bulk import BulkPipeline, fields
 from worker.context import WorkerContext
 
 #: Fields every candidate needs to be ranked (small: no content, no vector).
@@ -43,8 +43,8 @@ class Cand:
     ns: str
     hop: int
     fields: dict[str, Any]
-    links: dict[str, float] | None = None
-    labels: dict[str, str] | None = None  #: neighbour -> relation label
+    links: dict[str, float] | None = None  #: neighbour -> weight
+    packed: dict[bytes, bytes] | None = None  #: the links hash as read (labels for the hit)
     vec: npt.NDArray[np.float32] | None = None
     similarity: float = 0.0  #: cosine with the query
     lexical: float = 0.0  #: BM25 score
@@ -102,13 +102,16 @@ def queue_rank_fields(
 
 
 def queue_links(pipe: BulkPipeline, ctx: WorkerContext, cands: Iterable[Cand]) -> Decoder:
-    """Queue the read of the links of the candidates that lack them (see notes.queue_links)."""
+    """Queue the read of the links hashes of the candidates that lack them."""
     todo = [c for c in cands if c.links is None]
-    decode = notes.queue_links(pipe, ctx.redis, ctx.keys, [(c.ns, c.id) for c in todo])
+    start = len(pipe)
+    for c in todo:
+        pipe.queue("HGETALL", ctx.keys.links(c.ns, c.id))
 
     def decoder(replies: list[Any]) -> None:
-        for c, links in zip(todo, decode(replies), strict=True):
-            c.links = links
+        for c, row in zip(todo, replies[start : start + len(todo)], strict=True):
+            c.packed = fields(row)
+            c.links = link_weights(c.packed)
 
     return decoder
 
@@ -129,18 +132,14 @@ def queue_hit_fields(
     embedder: str,
 ) -> Decoder:
     """Queue the read of what the candidates lack to be returned as hits: content, keywords,
-    metadata, vector, links and link labels. The decoder also sets the similarity to the query
-    from the stored vector when it comes from the current embedder."""
+    metadata, vector, links (with their labels). The decoder also sets the similarity to the
+    query from the stored vector when it comes from the current embedder."""
     cands = list(cands)
     bare = [c for c in cands if "content" not in c.fields]
-    unlabelled = [c for c in cands if c.labels is None]
     start = len(pipe)
     for c in bare:
         pipe.queue("HMGET", ctx.keys.note(c.ns, c.id), *HIT_FIELDS)
     links = queue_links(pipe, ctx, cands)
-    metas_at = len(pipe)
-    for c in unlabelled:
-        pipe.queue("HGETALL", ctx.keys.linkmeta(c.ns, c.id))
 
     def decoder(replies: list[Any]) -> None:
         for c, raw in zip(bare, replies[start : start + len(bare)], strict=True):
@@ -149,9 +148,6 @@ def queue_hit_fields(
                 c.vec = np.frombuffer(raw[-1], dtype=np.float32)
                 c.similarity = float(c.vec @ qvec[0])
         links(replies)
-        metas = replies[metas_at : metas_at + len(unlabelled)]
-        for c, row in zip(unlabelled, metas, strict=True):
-            c.labels = {m: link_label(raw) for m, raw in pairs(row).items()}
 
     return decoder
 
@@ -254,5 +250,5 @@ def to_hit(c: Cand) -> Hit:
         event_time=f.get("event_time"),
         valid_to=f.get("valid_to"),
         superseded_by=f.get("superseded_by"),
-        link_labels=c.labels or {},
+        link_labels={nb.decode(): link_label(raw) for nb, raw in (c.packed or {}).items()},
     )

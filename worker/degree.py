@@ -1,10 +1,10 @@
 """The degree cap (``max_degree``): no note keeps more links than that, so hub notes stay
 bounded. Before links are committed, ``plan_cap`` reads the link counts of the notes they
-touch (one script) and, for the notes that would go over the cap, their links and the metadata
-of the weakest of them, the only ones the cap can drop (one pipeline); ``linking.cap_degree``
-decides which links go (the weakest, from both sides); ``apply_cap`` removes the existing ones
-in the caller's MULTI/EXEC with one ``unlink`` audit entry each. Callers hold the namespace
-lock, so what was read is still true when they commit.
+touch (one script) and, for the notes that would go over the cap, their links with their
+metadata (one pipeline); ``linking.cap_degree`` decides which links go (the weakest, from both
+sides); ``apply_cap`` removes the existing ones in the caller's MULTI/EXEC with one ``unlink``
+audit entry each. Callers hold the namespace lock, so what was read is still true when they
+commit.
 """
 
 from __future__ import annotations
@@ -15,6 +15,7 @@ from typing import Any
 
 from redis.client import Pipeline
 
+from producer.protocol import link_meta, link_weights
 from worker import bulk, notes
 from worker.context import WorkerContext
 from worker.linking import Link, cap_degree
@@ -24,28 +25,7 @@ DEGREE_CAP = "degree-cap"  #: audit source of a link dropped by the cap
 DEGREES_LUA = """
 local out = {}
 for i, key in ipairs(KEYS) do
-    out[i] = redis.call('ZCARD', key)
-end
-return out
-"""
-
-#: For each crowded note (KEYS: its link sets, then its link-metadata hashes; ARGV: how many of
-#: its weakest links may go), those links with their metadata as [member, meta, ...], weakest
-#: first; only these can be dropped, so the rest of the metadata is never read.
-WEAKEST_LUA = """
-local m = #KEYS / 2
-local out = {}
-for i = 1, m do
-    local weakest = redis.call('ZRANGE', KEYS[i], 0, tonumber(ARGV[i]) - 1)
-    local row = {}
-    if #weakest > 0 then
-        local metas = redis.call('HMGET', KEYS[m + i], unpack(weakest))
-        for j = 1, #weakest do
-            row[2 * j - 1] = weakest[j]
-            row[2 * j] = metas[j]
-        end
-    end
-    out[i] = row
+    out[i] = redis.call('HLEN', key)
 end
 return out
 """
@@ -73,7 +53,7 @@ def plan_cap(
     if cap <= 0 or not links:
         return Capped(list(links))
     ends = sorted({end for link in links for end in (link.a, link.b)})
-    delta, gone = dict.fromkeys(ends, 0), dict.fromkeys(ends, 0)
+    delta = dict.fromkeys(ends, 0)
     for link in links:
         delta[link.a] += 1
         delta[link.b] += 1
@@ -81,16 +61,9 @@ def plan_cap(
         for end in (a, b):
             if end in delta:
                 delta[end] -= 1
-                gone[end] += 1
     counts = ctx.redis.register_script(DEGREES_LUA)(keys=[ctx.keys.links(ns, nid) for nid in ends])
-    # A note over the cap drops at most its excess, always its weakest links (of those the
-    # commit does not remove anyway): only their metadata can be needed.
-    excess = {
-        nid: count + delta[nid] - cap + gone[nid]
-        for nid, count in zip(ends, counts, strict=True)
-        if count + delta[nid] > cap
-    }
-    existing, metas = _crowded(ctx, ns, excess) if excess else ({}, {})
+    crowded = [nid for nid, count in zip(ends, counts, strict=True) if count + delta[nid] > cap]
+    existing, metas = _crowded(ctx, ns, crowded) if crowded else ({}, {})
     for a, b in removed:
         existing.get(a, {}).pop(b, None)
         existing.get(b, {}).pop(a, None)
@@ -101,25 +74,24 @@ def plan_cap(
 
 
 def _crowded(
-    ctx: WorkerContext, ns: str, weakest: dict[str, int]
-) -> tuple[dict[str, dict[str, float]], dict[str, dict[bytes, bytes | None]]]:
-    """The links of each crowded note, and the metadata of its ``weakest[note]`` weakest links,
-    in one round trip."""
-    ids = list(weakest)
+    ctx: WorkerContext, ns: str, ids: list[str]
+) -> tuple[dict[str, dict[str, float]], dict[str, dict[bytes, bytes]]]:
+    """The links of each crowded note as neighbour -> weight and as the packed links (for the
+    metadata of those the cap drops), in one round trip."""
     pipe = bulk.BulkPipeline(ctx.redis)
-    decode = notes.queue_links(pipe, ctx.redis, ctx.keys, [(ns, nid) for nid in ids])
-    keys = [ctx.keys.links(ns, nid) for nid in ids] + [ctx.keys.linkmeta(ns, nid) for nid in ids]
-    pipe.queue("EVAL", WEAKEST_LUA, len(keys), *keys, *weakest.values())
-    replies = pipe.execute()
-    rows = zip(ids, replies[-1], strict=True)
-    metas = {nid: dict(zip(row[::2], row[1::2], strict=True)) for nid, row in rows}
-    return dict(zip(ids, decode(replies), strict=True)), metas
+    for nid in ids:
+        pipe.queue("HGETALL", ctx.keys.links(ns, nid))
+    rows = [bulk.fields(row) for row in pipe.execute()]
+    return (
+        {nid: link_weights(row) for nid, row in zip(ids, rows, strict=True)},
+        dict(zip(ids, rows, strict=True)),
+    )
 
 
-def _meta(metas: dict[str, dict[bytes, bytes | None]], a: str, b: str) -> dict[str, Any]:
-    """The metadata of link a - b, from whichever end read it (both ends hold the same)."""
+def _meta(metas: dict[str, dict[bytes, bytes]], a: str, b: str) -> dict[str, Any]:
+    """The metadata of link a - b, from whichever end read it."""
     raw = metas.get(a, {}).get(b.encode()) or metas.get(b, {}).get(a.encode())
-    return notes.link_meta(raw)
+    return link_meta(raw)
 
 
 def apply_cap(pipe: Pipeline, ctx: WorkerContext, ns: str, capped: Capped, actor: str) -> None:

@@ -47,6 +47,7 @@ from pydantic import BaseModel, Field, StringConstraints, model_validator
 from producer import validation
 from producer.errors import InvalidInput
 from producer.proposals import decode_value
+from producer.protocol import link_weight
 from worker import llm
 from worker.consolidation import STRUCTURAL_REASONS
 from worker.context import WorkerContext
@@ -251,20 +252,14 @@ def _topical(
     """Each note's ``limit`` strongest links whose reason is topical, strongest first."""
     pipe = ctx.redis.pipeline(transaction=False)
     for nid in ids:
-        pipe.zrevrange(ctx.keys.links(ns, nid), 0, 4 * limit - 1, withscores=True)
-    rows = {
-        nid: [(m.decode(), float(w)) for m, w in row]
-        for nid, row in zip(ids, pipe.execute(), strict=True)
-    }
-    linked = [nid for nid in ids if rows[nid]]
-    pipe = ctx.redis.pipeline(transaction=False)
-    for nid in linked:
-        pipe.hmget(ctx.keys.linkmeta(ns, nid), [nb for nb, _ in rows[nid]])
-    out: dict[str, list[tuple[str, float]]] = {nid: [] for nid in ids}
-    for nid, metas in zip(linked, pipe.execute(), strict=True):
-        reasons = [link_reason(m) if m else "" for m in metas]
+        pipe.hgetall(ctx.keys.links(ns, nid))
+    out: dict[str, list[tuple[str, float]]] = {}
+    for nid, row in zip(ids, pipe.execute(), strict=True):
+        strongest = sorted(((link_weight(raw), nb, raw) for nb, raw in row.items()), reverse=True)
         topical = [
-            link for link, r in zip(rows[nid], reasons, strict=True) if r not in STRUCTURAL_REASONS
+            (nb.decode(), w)
+            for w, nb, raw in strongest[: 4 * limit]
+            if link_reason(raw) not in STRUCTURAL_REASONS
         ]
         out[nid] = topical[:limit]
     return out

@@ -6,8 +6,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
-import msgpack
-
+from producer.protocol import link_weight, unpack_link
 from worker.context import WorkerContext
 
 READ_CHUNK = 2_000  #: notes read per round trip
@@ -36,15 +35,14 @@ def read_graph(
         pipe = ctx.redis.pipeline(transaction=False)
         for nid in chunk:
             pipe.hmget(ctx.keys.note(ns, nid), list(names))
-            pipe.zrange(ctx.keys.links(ns, nid), 0, -1, withscores=True)
-            if reasons:
-                pipe.hgetall(ctx.keys.linkmeta(ns, nid))
+            pipe.hgetall(ctx.keys.links(ns, nid))
         rows = iter(pipe.execute())
         for nid in chunk:
             graph.fields[nid] = dict(zip(names, next(rows), strict=True))
-            graph.links[nid] = {m.decode(): float(w) for m, w in next(rows)}
+            packed = next(rows)
+            graph.links[nid] = {m.decode(): link_weight(raw) for m, raw in packed.items()}
             if reasons:
-                graph.reasons[nid] = {m.decode(): link_reason(raw) for m, raw in next(rows).items()}
+                graph.reasons[nid] = {m.decode(): link_reason(raw) for m, raw in packed.items()}
     active = set(graph.ids)
     for nid, nbs in graph.links.items():
         graph.links[nid] = {nb: w for nb, w in nbs.items() if nb in active and nb != nid}
@@ -52,6 +50,5 @@ def read_graph(
 
 
 def link_reason(raw: bytes) -> str:
-    """The reason of a link from its packed linkmeta value ("" when it has none)."""
-    meta = msgpack.unpackb(raw, raw=False)
-    return str(meta.get("reason", "")) if isinstance(meta, dict) else ""
+    """The reason of a packed link ("" when it has none)."""
+    return str(unpack_link(raw)[1].get("reason", ""))

@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+from producer.protocol import unpack_link
 from worker.context import WorkerContext
 
 
@@ -18,17 +19,17 @@ def check_namespace(ctx: WorkerContext, ns: str) -> list[str]:
     pipe = r.pipeline(transaction=False)
     for nid in active:
         pipe.hmget(keys.note(ns, nid), ["status", "seq", "vec"])
-        pipe.zrange(keys.links(ns, nid), 0, -1, withscores=True)
-        pipe.hkeys(keys.linkmeta(ns, nid))
+        pipe.hgetall(keys.links(ns, nid))
     replies = pipe.execute()
     links: dict[str, dict[str, float]] = {}
     for i, nid in enumerate(active):
-        (status, seq, vec), raw_links, meta = replies[3 * i : 3 * i + 3]
+        (status, seq, vec), packed = replies[2 * i : 2 * i + 2]
         if status != b"active" or seq is None or int(seq) != active[nid] or not vec:
             problems.append(f"note {nid}: hash does not match the active set")
-        links[nid] = {m.decode(): w for m, w in raw_links}
-        if {m.decode() for m in meta} != set(links[nid]):
-            problems.append(f"note {nid}: link reasons do not match its links")
+        stored = {m.decode(): unpack_link(raw) for m, raw in packed.items()}
+        links[nid] = {m: weight for m, (weight, _) in stored.items()}
+        if any("reason" not in meta for _, meta in stored.values()):
+            problems.append(f"note {nid}: a link without its reason")
     problems += _check_links(links)
     problems += [f"tombstoned {n} keeps links" for n in tombstoned if r.exists(keys.links(ns, n))]
     return problems

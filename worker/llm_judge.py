@@ -37,6 +37,7 @@ import msgpack
 from pydantic import BaseModel, Field
 from redis.client import Pipeline
 
+from producer.protocol import link_meta, link_weight
 from worker import degree, llm, notes
 from worker.context import WorkerContext
 from worker.lease import Lease
@@ -303,18 +304,17 @@ def _current(
     pipe = ctx.redis.pipeline(transaction=False)
     for nid in ids:
         pipe.hmget(ctx.keys.note(ns, nid), ["status", "src"])
-        pipe.zrange(ctx.keys.links(ns, nid), 0, -1, withscores=True)
-        pipe.hgetall(ctx.keys.linkmeta(ns, nid))
+        pipe.hgetall(ctx.keys.links(ns, nid))
     for cid in cands:
         pipe.hget(ctx.keys.note(ns, cid), "status")
     rows = iter(pipe.execute())
     unchanged: set[str] = set()
     existing: dict[str, dict[str, tuple[float, dict[str, Any]]]] = {}
     for nid in ids:
-        (status, src), links, metas = next(rows), next(rows), next(rows)
+        (status, src), links = next(rows), next(rows)
         if status == b"active" and src == srcs[nid]:
             unchanged.add(nid)
-        existing[nid] = {m.decode(): (float(w), notes.link_meta(metas.get(m))) for m, w in links}
+        existing[nid] = {m.decode(): (link_weight(raw), link_meta(raw)) for m, raw in links.items()}
     active = {cid for cid in cands if next(rows) == b"active"}
     return unchanged, active, existing
 

@@ -33,6 +33,7 @@ from typing import Any
 import msgpack
 from redis.client import Pipeline
 
+from producer.protocol import pack_link, unpack_link
 from worker import notes, pairs
 from worker.context import WorkerContext
 from worker.keywords import tokenize
@@ -154,7 +155,8 @@ class _Plan:
     k: dict[str, Any]  #: the survivor's fields
     m: dict[str, Any]  #: the merged note's fields
     links: dict[str, dict[str, float]]  #: both notes' links
-    metas: dict[str, tuple[bytes, bytes]]  #: the merged note's link metas, both sides
+    #: the merged note's link metas, both sides
+    metas: dict[str, tuple[dict[str, Any], dict[str, Any]]]
     moved: dict[str, float]  #: links the survivor takes over, with their weights
     after: dict[str, Any]  #: the survivor's changed fields
 
@@ -245,20 +247,25 @@ def _audit(pipe: Pipeline, ctx: WorkerContext, ns: str, plan: _Plan, source: str
 
 def _metas(
     ctx: WorkerContext, ns: str, merged: str, nbs: dict[str, float]
-) -> dict[str, tuple[bytes, bytes]]:
-    """For each neighbour of the merged note, the raw link meta on the merged note's side and
-    on the neighbour's side."""
+) -> dict[str, tuple[dict[str, Any], dict[str, Any]]]:
+    """For each neighbour of the merged note, the link meta, as stored, on the merged note's
+    side and on the neighbour's side ({} where a side has none)."""
     pipe = ctx.redis.pipeline(transaction=False)
-    pipe.hgetall(ctx.keys.linkmeta(ns, merged))
+    pipe.hgetall(ctx.keys.links(ns, merged))
     for nb in nbs:
-        pipe.hget(ctx.keys.linkmeta(ns, nb), merged)
+        pipe.hget(ctx.keys.links(ns, nb), merged)
     own, *rows = pipe.execute()
-    return {nb: (own.get(nb.encode(), b""), raw or b"") for nb, raw in zip(nbs, rows, strict=True)}
+    return {
+        nb: (_stored(own.get(nb.encode())), _stored(raw)) for nb, raw in zip(nbs, rows, strict=True)
+    }
 
 
-def _reason(raw: bytes) -> str:
-    meta = msgpack.unpackb(raw, raw=False) if raw else {}
-    return str(meta.get("reason", "")) if isinstance(meta, dict) else ""
+def _stored(raw: bytes | None) -> dict[str, Any]:
+    return unpack_link(raw)[1] if raw else {}
+
+
+def _reason(meta: dict[str, Any]) -> str:
+    return str(meta.get("reason", ""))
 
 
 def _repoint(
@@ -267,17 +274,15 @@ def _repoint(
     ns: str,
     kept: str,
     moved: dict[str, float],
-    metas: dict[str, tuple[bytes, bytes]],
+    metas: dict[str, tuple[dict[str, Any], dict[str, Any]]],
 ) -> None:
     """The merged note's links that win, now the survivor's, both sides with their metas."""
     keys = ctx.keys
-    fallback = msgpack.packb({"reason": "merged", "source": "merge", "at": time.time()})
+    fallback = {"reason": "merged", "source": "merge", "at": time.time()}
     for nb, weight in moved.items():
         mine, theirs = metas[nb]
-        pipe.zadd(keys.links(ns, kept), {nb: weight})
-        pipe.zadd(keys.links(ns, nb), {kept: weight})
-        pipe.hset(keys.linkmeta(ns, kept), nb, mine or fallback)
-        pipe.hset(keys.linkmeta(ns, nb), kept, theirs or fallback)
+        pipe.hset(keys.links(ns, kept), nb, pack_link(weight, mine or fallback))
+        pipe.hset(keys.links(ns, nb), kept, pack_link(weight, theirs or fallback))
         if _reason(theirs) == "superseded_by":
             pipe.hset(keys.note(ns, nb), "superseded_by", kept)
 

@@ -16,13 +16,11 @@ from redis import Redis
 from redis.client import Pipeline
 
 from producer.keys import Keys
-from producer.protocol import PACKED_FIELDS
-from worker.bulk import BulkPipeline, fields, scored
+from producer.protocol import PACKED_FIELDS, link_meta, link_weights, pack_link
+from worker.bulk import BulkPipeline, fields
 from worker.linking import Link
 
 Fields = dict[bytes, bytes]  #: a note hash as HGETALL returns it
-#: A link set read with ZSCAN comes back whole in one reply while under this many links.
-LINKS_SCAN = 10_000
 
 
 @dataclass
@@ -85,41 +83,23 @@ def queue_notes(
 def read_links(r: Redis, keys: Keys, ns: str, ids: Sequence[str]) -> dict[str, dict[str, float]]:
     """Neighbour -> weight of each id (one round trip; see ``queue_links``)."""
     pipe = BulkPipeline(r)
-    decode = queue_links(pipe, r, keys, [(ns, nid) for nid in ids])
+    decode = queue_links(pipe, keys, [(ns, nid) for nid in ids])
     return dict(zip(ids, decode(pipe.execute()), strict=True))
 
 
 def queue_links(
-    pipe: BulkPipeline, r: Redis, keys: Keys, refs: Sequence[tuple[str, str]]
+    pipe: BulkPipeline, keys: Keys, refs: Sequence[tuple[str, str]]
 ) -> Callable[[list[Any]], list[dict[str, float]]]:
-    """Queue the read of the link set of each (namespace, id); the decoder returns neighbour ->
-    weight for each, in order.
-
-    ZSCAN rather than ZRANGE WITHSCORES: a link set small enough for Redis to keep as a
-    listpack (up to ``zset-max-listpack-entries``, 128 by default, far above ``max_degree``)
-    comes back whole in one reply, in ZRANGE's order, with each weight as the string it was
-    stored as, where ZRANGE formats every weight anew (%.17g), which makes it about 40% dearer.
-    A larger set comes back whole in hash order while under ``LINKS_SCAN`` links; a set not
-    returned whole is read with ZRANGE (one more round trip)."""
+    """Queue the read of the links hash of each (namespace, id); the decoder returns neighbour
+    -> weight for each, in order."""
     start = len(pipe)
     for ns, nid in refs:
-        pipe.queue("ZSCAN", keys.links(ns, nid), 0, "COUNT", LINKS_SCAN)
+        pipe.queue("HGETALL", keys.links(ns, nid))
 
     def decode(replies: list[Any]) -> list[dict[str, float]]:
-        rows = replies[start : start + len(refs)]
-        return [
-            scored(row) if cursor == b"0" else all_links(r, keys, ns, nid)
-            for (ns, nid), (cursor, row) in zip(refs, rows, strict=True)
-        ]
+        return [link_weights(row) for row in replies[start : start + len(refs)]]
 
     return decode
-
-
-def all_links(r: Redis, keys: Keys, ns: str, note_id: str) -> dict[str, float]:
-    """Neighbour -> weight of one note, read whole with ZRANGE (for a set one ZSCAN reply did
-    not hold)."""
-    rows = r.zrange(keys.links(ns, note_id), 0, -1, withscores=True)
-    return {m.decode(): float(w) for m, w in rows}
 
 
 def audit(
@@ -182,29 +162,22 @@ def read_change(fields: Mapping[bytes, bytes]) -> tuple[str, list[tuple[int, str
 
 
 def write_links(pipe: Pipeline, keys: Keys, ns: str, links: Iterable[Link], source: str) -> int:
-    """Both directions of each link with reason, label and provenance (the link's own source,
-    else ``source``): one ZADD and one HSET per note touched (plain commands: a script doing the
-    same costs Redis about 60% more CPU per batch). Returns how many were written."""
+    """Both directions of each link with its weight, reason, label and provenance (the link's
+    own source, else ``source``): one HSET per note touched. Returns how many were written."""
     now = time.time()
-    weights: dict[str, list[Any]] = {}  # note -> ZADD arguments (weight, neighbour, ...)
-    metas: dict[str, list[Any]] = {}  # note -> HSET arguments (neighbour, meta, ...)
+    args: dict[str, list[Any]] = {}  # note -> HSET arguments (neighbour, packed link, ...)
     count = 0
     for a, b, weight, reason, label, own in links:
-        meta = msgpack.packb({"reason": reason, "label": label, "source": own or source, "at": now})
-        if a in weights:
-            weights[a] += (weight, b)
-            metas[a] += (b, meta)
-        else:
-            weights[a], metas[a] = [weight, b], [b, meta]
-        if b in weights:
-            weights[b] += (weight, a)
-            metas[b] += (a, meta)
-        else:
-            weights[b], metas[b] = [weight, a], [a, meta]
+        meta = {"reason": reason, "label": label, "source": own or source, "at": now}
+        packed = pack_link(weight, meta)
+        for x, y in ((a, b), (b, a)):
+            if x in args:
+                args[x] += (y, packed)
+            else:
+                args[x] = [y, packed]
         count += 1
-    for nid, args in weights.items():
-        pipe.execute_command("ZADD", keys.links(ns, nid), *args)
-        pipe.execute_command("HSET", keys.linkmeta(ns, nid), *metas[nid])
+    for nid, fields_ in args.items():
+        pipe.execute_command("HSET", keys.links(ns, nid), *fields_)
     return count
 
 
@@ -212,37 +185,28 @@ def unlink_all(pipe: Pipeline, keys: Keys, ns: str, note_id: str, neighbours: It
     """Remove every link of ``note_id`` from both sides; return how many were removed."""
     count = 0
     for nb in neighbours:
-        pipe.execute_command("ZREM", keys.links(ns, nb), note_id)
-        pipe.execute_command("HDEL", keys.linkmeta(ns, nb), note_id)
+        pipe.execute_command("HDEL", keys.links(ns, nb), note_id)
         count += 1
-    pipe.execute_command("DEL", keys.links(ns, note_id), keys.linkmeta(ns, note_id))
+    pipe.execute_command("DEL", keys.links(ns, note_id))
     return count
 
 
 def unlink_pairs(pipe: Pipeline, keys: Keys, ns: str, pairs: Iterable[tuple[str, str]]) -> None:
     """Remove single links ``a`` - ``b`` from both sides."""
     for a, b in pairs:
-        for x, y in ((a, b), (b, a)):
-            pipe.execute_command("ZREM", keys.links(ns, x), y)
-            pipe.execute_command("HDEL", keys.linkmeta(ns, x), y)
+        pipe.execute_command("HDEL", keys.links(ns, a), b)
+        pipe.execute_command("HDEL", keys.links(ns, b), a)
 
 
 def read_link_meta(
     r: Redis, keys: Keys, ns: str, pairs: Sequence[tuple[str, str]]
 ) -> list[dict[str, Any]]:
-    """The packed {reason, label, source, at} of each link ``a`` - ``b`` (empty when absent)."""
+    """The {reason, label, source, at} of each link ``a`` - ``b`` as ``a`` holds it (empty when
+    absent)."""
     pipe = BulkPipeline(r)
     for a, b in pairs:
-        pipe.hget(keys.linkmeta(ns, a), b)
+        pipe.queue("HGET", keys.links(ns, a), b)
     return [link_meta(raw) for raw in pipe.execute()]
-
-
-def link_meta(raw: bytes | None) -> dict[str, Any]:
-    """A linkmeta value decoded; links written before labels existed read as "related"."""
-    meta = msgpack.unpackb(raw, raw=False) if raw else {}
-    if not isinstance(meta, dict):
-        return {}
-    return {"label": "related", **meta} if meta else {}
 
 
 def tombstone_all(

@@ -36,6 +36,7 @@ import msgpack
 from pydantic import BaseModel, Field
 from redis.client import Pipeline
 
+from producer.protocol import pack_link, unpack_link
 from worker import llm, notes, pairs
 from worker.context import WorkerContext
 from worker.lease import Lease
@@ -271,22 +272,18 @@ def _current_links(ctx: WorkerContext, ns: str, ready: Sequence[Decision]) -> di
     keys = ctx.keys
     pipe = ctx.redis.pipeline(transaction=False)
     for d in ready:
-        pipe.zscore(keys.links(ns, d.old_id), d.new_id)
-        pipe.hget(keys.linkmeta(ns, d.old_id), d.new_id)
-        pipe.hget(keys.linkmeta(ns, d.new_id), d.old_id)
+        pipe.hget(keys.links(ns, d.old_id), d.new_id)
+        pipe.hget(keys.links(ns, d.new_id), d.old_id)
     rows = pipe.execute()
     out: dict[str, LinkState] = {}
     for i, d in enumerate(ready):
-        weight, old_meta, new_meta = rows[3 * i : 3 * i + 3]
-        out[d.old_id] = (
-            None if weight is None else [float(weight), _meta(old_meta), _meta(new_meta)]
-        )
+        old_end, new_end = rows[2 * i : 2 * i + 2]
+        if old_end is None:
+            out[d.old_id] = None
+            continue
+        weight, old_meta = unpack_link(old_end)
+        out[d.old_id] = [weight, old_meta, unpack_link(new_end)[1] if new_end else {}]
     return out
-
-
-def _meta(raw: bytes | None) -> dict[str, Any]:
-    meta = msgpack.unpackb(raw, raw=False) if raw else {}
-    return meta if isinstance(meta, dict) else {}
 
 
 def _write(
@@ -343,10 +340,8 @@ def revert_supersession(ctx: WorkerContext, ns: str, old_id: str) -> bool:
             if restore is not None:
                 _link(pipe, ctx, ns, old_id, new_id, restore)
             elif linked is not None:
-                pipe.zrem(keys.links(ns, old_id), new_id)
-                pipe.zrem(keys.links(ns, new_id), old_id)
-                pipe.hdel(keys.linkmeta(ns, old_id), new_id)
-                pipe.hdel(keys.linkmeta(ns, new_id), old_id)
+                pipe.hdel(keys.links(ns, old_id), new_id)
+                pipe.hdel(keys.links(ns, new_id), old_id)
             pipe.hincrby(keys.stats(ns), "links", (restore is not None) - (linked is not None))
             pipe.hincrby(keys.stats(ns), "superseded", -1)
             notes.audit(
@@ -385,7 +380,5 @@ def _link(
     """Both sides of the old-new link: [weight, old side meta, new side meta]."""
     keys = ctx.keys
     weight, old_meta, new_meta = state
-    pipe.zadd(keys.links(ns, old_id), {new_id: weight})
-    pipe.zadd(keys.links(ns, new_id), {old_id: weight})
-    pipe.hset(keys.linkmeta(ns, old_id), new_id, msgpack.packb(old_meta))
-    pipe.hset(keys.linkmeta(ns, new_id), old_id, msgpack.packb(new_meta))
+    pipe.hset(keys.links(ns, old_id), new_id, pack_link(weight, old_meta))
+    pipe.hset(keys.links(ns, new_id), old_id, pack_link(weight, new_meta))

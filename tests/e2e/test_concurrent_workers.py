@@ -22,6 +22,7 @@ import pytest
 
 from producer import MemoryClient
 from producer.keys import Keys
+from producer.protocol import link_weights
 from tests.conftest import drain_all, make_settings
 from tests.e2e.workers import running, wait_ready
 from worker.context import WorkerContext
@@ -101,10 +102,8 @@ def _graph(ctx: WorkerContext, ns: str) -> dict[str, dict[str, float]]:
     ids = [m.decode() for m in ctx.redis.zrange(ctx.keys.active(ns), 0, -1)]
     pipe = ctx.redis.pipeline(transaction=False)
     for nid in ids:
-        pipe.zrange(ctx.keys.links(ns, nid), 0, -1, withscores=True)
-    return {
-        nid: {m.decode(): w for m, w in row} for nid, row in zip(ids, pipe.execute(), strict=True)
-    }
+        pipe.hgetall(ctx.keys.links(ns, nid))
+    return {nid: link_weights(row) for nid, row in zip(ids, pipe.execute(), strict=True)}
 
 
 def _pairs(graph: dict[str, dict[str, float]]) -> set[tuple[str, str]]:

@@ -50,4 +50,4 @@ def test_a_hub_keeps_at_most_max_degree_links(settings, ctx: WorkerContext):
 
 
 def mem_links(ctx: WorkerContext, nid: str) -> set[str]:
-    return {m.decode() for m in ctx.redis.zrange(ctx.keys.links(NS, nid), 0, -1)}
+    return {m.decode() for m in ctx.redis.hkeys(ctx.keys.links(NS, nid))}

@@ -4,23 +4,28 @@ from __future__ import annotations
 
 import pytest
 
+from producer.core import link_label
 from worker import notes
+from worker.bulk import BulkTransaction
 from worker.candidates import Cand, load_links
+from worker.linking import Link
 
 
 @pytest.mark.parametrize("degree", [5, 300])
-def test_links_come_back_whole_with_their_weights(ctx, monkeypatch, degree):
-    """A small link set comes back in ZRANGE's order; one too large for a single ZSCAN reply
-    (here: over LINKS_SCAN) is read again with ZRANGE."""
-    monkeypatch.setattr(notes, "LINKS_SCAN", 50)
+def test_links_come_back_whole_with_their_weights_and_labels(ctx, degree):
+    """One HGETALL per note gives its links' weights and the packed links the hit labels come
+    from, whatever the degree (a hash past 128 fields is no longer a listpack)."""
     links = {f"n{i:03d}": round(0.1 + i / 1000, 4) for i in range(degree)}
-    ctx.redis.zadd(ctx.keys.links("ns", "a"), links)
-    reread = []
-    zrange = ctx.redis.zrange
-    monkeypatch.setattr(ctx.redis, "zrange", lambda *a, **k: reread.append(a) or zrange(*a, **k))
+    pipe = BulkTransaction(ctx.redis)
+    written = [
+        Link("a", nb, w, "r", "supports" if i % 2 else "related")
+        for i, (nb, w) in enumerate(links.items())
+    ]
+    notes.write_links(pipe, ctx.keys, "ns", written, source="rule:similarity")
+    pipe.execute()
     cand = Cand("a", "ns", 0, {})
     load_links(ctx, [cand])
     assert cand.links == links
-    assert len(reread) == (degree > 50)
-    if degree < 128:
-        assert list(cand.links) == sorted(links, key=lambda nb: (links[nb], nb))
+    assert cand.packed is not None
+    labels = {nb.decode(): link_label(raw) for nb, raw in cand.packed.items()}
+    assert labels == {link.b: link.label for link in written}

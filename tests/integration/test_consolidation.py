@@ -10,6 +10,7 @@ import msgpack
 import pytest
 
 from producer import MemoryClient
+from producer.protocol import unpack_link
 from tests.conftest import drain_all, make_settings
 from tests.integration.chat_server import ChatServer, answer, chat
 from worker.consolidation import consolidate_namespace
@@ -74,9 +75,9 @@ def test_a_cluster_gets_one_searchable_insight_linked_to_its_members(octx):
             assert note.kind == "insight" and "insight" in note.tags
             assert set(note.links) == set(members)
             assert note.content.startswith(tuple(s.split(".")[0] for s in SOLAR))
-            meta = octx.redis.hgetall(octx.keys.linkmeta("c", iid))
+            packed = octx.redis.hgetall(octx.keys.links("c", iid))
             for member in members:
-                link = msgpack.unpackb(meta[member.encode()])
+                link = unpack_link(packed[member.encode()])[1]
                 assert (link["reason"], link["source"]) == ("abstracted_from", "consolidation")
             hits = mem.search("solar panel readings inverters", namespace="c", k=10)
             assert any(h.id == iid and h.kind == "insight" for h in hits)

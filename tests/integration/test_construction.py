@@ -12,6 +12,7 @@ import msgpack
 import pytest
 
 from producer import MemoryClient
+from producer.protocol import unpack_link
 from tests.conftest import drain_all, make_settings
 from tests.integration.chat_server import ChatServer, Scripted, answer, answer_with, chat
 from worker import construction
@@ -99,7 +100,7 @@ def active(ctx: WorkerContext, ns: str) -> set[str]:
 def consistent(ctx: WorkerContext, ns: str) -> bool:
     """The namespace passes the integrity check and its link counter matches its links."""
     ids = active(ctx, ns)
-    degree = sum(ctx.redis.zcard(ctx.keys.links(ns, nid)) for nid in ids)
+    degree = sum(ctx.redis.hlen(ctx.keys.links(ns, nid)) for nid in ids)
     links = int(ctx.redis.hget(ctx.keys.stats(ns), "links") or 0)
     return check_namespace(ctx, ns) == [] and links * 2 == degree
 
@@ -285,7 +286,7 @@ def test_a_long_input_is_split_into_searchable_atoms_linked_to_it(cctx, chat):
         assert atom.agent == "pm" and atom.tags[0] == "apollo" and atom.kind == "note"
         assert atom.context == f"fact {k}" and atom.keywords[:2] == ["atom", f"fact1x{k}"]
         assert atom.links[nid] == 1.0
-        meta = msgpack.unpackb(cctx.redis.hget(cctx.keys.linkmeta("a", atom.id), nid))
+        meta = unpack_link(cctx.redis.hget(cctx.keys.links("a", atom.id), nid))[1]
         assert "part_of" in meta["reason"]
     assert set(source.links) >= {a.id for a in atoms}
     assert atoms[1].id in [h.id for h in hits]

@@ -39,7 +39,7 @@ def test_importance_is_written_back_in_range_and_audited_once_per_run(ctx, clien
     assert written == len(ids)
     values = {nid: importance(ctx, "imp", nid) for nid in ids}
     assert all(0.0 <= v <= 1.0 for v in values.values())
-    linked = ctx.redis.zcard(ctx.keys.links("imp", ids[3]))
+    linked = ctx.redis.hlen(ctx.keys.links("imp", ids[3]))
     assert linked > 0 and values[ids[3]] > values[ids[4]]  # a linked note beats the loner
     for nid in ids:  # only the importance fields changed
         changed = {k for k in after[nid] if after[nid][k] != before[nid].get(k)}

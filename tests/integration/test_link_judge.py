@@ -15,6 +15,7 @@ import msgpack
 import pytest
 
 from producer import MemoryClient
+from producer.protocol import unpack_link
 from tests.conftest import drain_all, make_settings
 from tests.integration.chat_server import ChatServer, Scripted, answer, chat
 from worker.context import WorkerContext
@@ -80,9 +81,8 @@ def links(ctx: WorkerContext, ns: str = NS) -> dict[tuple[str, str], tuple[float
     """Every directed link with its weight and meta."""
     out = {}
     for nid in (m.decode() for m in ctx.redis.zrange(ctx.keys.active(ns), 0, -1)):
-        metas = ctx.redis.hgetall(ctx.keys.linkmeta(ns, nid))
-        for nb, w in ctx.redis.zrange(ctx.keys.links(ns, nid), 0, -1, withscores=True):
-            meta = msgpack.unpackb(metas[nb])
+        for nb, raw in ctx.redis.hgetall(ctx.keys.links(ns, nid)).items():
+            w, meta = unpack_link(raw)
             meta.pop("at")
             out[(nid, nb.decode())] = (w, meta)
     return out

@@ -12,6 +12,7 @@ import msgpack
 import pytest
 
 from producer import AsyncMemoryClient, MemoryClient, NotFound
+from producer.protocol import unpack_link
 from tests.conftest import drain_all
 from worker.context import WorkerContext
 from worker.integrity import check_namespace
@@ -138,7 +139,7 @@ def test_a_merged_note_that_superseded_another_hands_it_to_the_survivor(ctx, ser
     assert served.get(first, namespace="s").id == second
     old = served.get(react, namespace="s")
     assert old.superseded_by == second and second in old.links and first not in old.links
-    reason = msgpack.unpackb(ctx.redis.hget(ctx.keys.linkmeta("s", react), second))["reason"]
+    reason = unpack_link(ctx.redis.hget(ctx.keys.links("s", react), second))[1]["reason"]
     assert reason == "superseded_by"
     assert check_namespace(ctx, "s") == []
 

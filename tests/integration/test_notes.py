@@ -2,13 +2,13 @@
 
 from __future__ import annotations
 
-import msgpack
 import pytest
 from redis import Redis
 
 from producer.keys import Keys
+from producer.protocol import link_meta, link_weight, pack_link, unpack_link
 from worker import notes
-from worker.bulk import BulkTransaction, pairs
+from worker.bulk import BulkTransaction, fields
 from worker.linking import Link
 
 
@@ -23,33 +23,29 @@ def test_write_links_writes_both_sides_with_label_and_source(redis_db: Redis) ->
     pipe.execute()
 
     assert written == count + 1
-    assert redis_db.zcard(keys.links("ns", "hub")) == count
-    assert redis_db.zscore(keys.links("ns", "n7"), "hub") == 0.5
-    assert redis_db.zrange(keys.links("ns", "n1"), 0, -1, withscores=True) == [
-        (b"n0", 0.25),
-        (b"hub", 0.5),
-    ]
-    hub_meta = pairs(redis_db.execute_command("HGETALL", keys.linkmeta("ns", "hub")))
-    assert len(hub_meta) == count
-    meta = msgpack.unpackb(hub_meta[f"n{count - 1}"])
-    assert (meta["reason"], meta["label"], meta["source"]) == (
+    assert redis_db.hlen(keys.links("ns", "hub")) == count
+    assert link_weight(redis_db.hget(keys.links("ns", "n7"), "hub")) == 0.5
+    assert notes.read_links(redis_db, keys, "ns", ["n1"])["n1"] == {"n0": 0.25, "hub": 0.5}
+    hub = fields(redis_db.execute_command("HGETALL", keys.links("ns", "hub")))
+    assert len(hub) == count
+    weight, meta = unpack_link(hub[f"n{count - 1}".encode()])
+    assert (weight, meta["reason"], meta["label"], meta["source"]) == (
+        0.5,
         f"reason {count - 1}",
         "related",
         "rule:similarity",
     )
-    pair = notes.link_meta(redis_db.hget(keys.linkmeta("ns", "n1"), "n0"))
-    assert (pair["reason"], pair["label"], pair["source"]) == ("pair", "supports", "model:x")
+    for a, b in (("n1", "n0"), ("n0", "n1")):  # the same metadata on both ends
+        pair = link_meta(redis_db.hget(keys.links("ns", a), b))
+        assert (pair["reason"], pair["label"], pair["source"]) == ("pair", "supports", "model:x")
 
 
 @pytest.mark.parametrize("degree", [5, 300])
-def test_read_links_returns_every_link_with_its_weight(
-    redis_db: Redis, monkeypatch: pytest.MonkeyPatch, degree: int
-) -> None:
-    """A link set past LINKS_SCAN (too large for one ZSCAN reply) is read again whole."""
-    monkeypatch.setattr(notes, "LINKS_SCAN", 50)
+def test_read_links_returns_every_link_with_its_weight(redis_db: Redis, degree: int) -> None:
+    """Listpack or hashtable (past 128 fields), a links hash comes back whole."""
     keys = Keys("t")
     links = {f"n{i:03d}": round(0.1 + i / 1000, 4) for i in range(degree)}
-    redis_db.zadd(keys.links("ns", "a"), links)
+    redis_db.hset(keys.links("ns", "a"), mapping={nb: pack_link(w, {}) for nb, w in links.items()})
 
     got = notes.read_links(redis_db, keys, "ns", ["a", "none"])
 

@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import threading
 
-import msgpack
 import pytest
 
 from producer import InvalidInput, MemoryClient, NotFound, ReplyTimeout
+from producer.protocol import unpack_link
 from tests.conftest import drain_all, make_settings
 from worker.context import WorkerContext
 from worker.server import SearchServer
@@ -52,8 +52,8 @@ def test_related_notes_link_on_both_ends_with_reason(client, ctx, server):
     for nid, links in linked.items():
         for other, weight in links.items():
             assert linked[other][nid] == weight  # bidirectional, same weight
-            raw = ctx.redis.hget(ctx.keys.linkmeta("acme", nid), other)
-            meta = msgpack.unpackb(raw)
+            raw = ctx.redis.hget(ctx.keys.links("acme", nid), other)
+            meta = unpack_link(raw)[1]
             rule = "sequence" if meta["reason"].startswith("sequence") else "similarity"
             assert meta["source"] == f"rule:{rule}"
             assert meta["label"] == ("sequence" if rule == "sequence" else "related")

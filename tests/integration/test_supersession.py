@@ -11,6 +11,7 @@ import msgpack
 import pytest
 
 from producer import MemoryClient
+from producer.protocol import unpack_link
 from tests.conftest import drain_all, make_settings
 from tests.integration.chat_server import ChatServer, Scripted, answer, chat
 from worker import pairs
@@ -52,7 +53,7 @@ def store_story(ctx: WorkerContext, mem: MemoryClient, ns: str) -> list[str]:
 
 
 def meta(ctx: WorkerContext, ns: str, a: str, b: str) -> dict:
-    return msgpack.unpackb(ctx.redis.hget(ctx.keys.linkmeta(ns, a), b))
+    return unpack_link(ctx.redis.hget(ctx.keys.links(ns, a), b))[1]
 
 
 def audit(ctx: WorkerContext, ns: str, op: bytes) -> list[dict]:
@@ -213,8 +214,7 @@ def snapshot(ctx: WorkerContext, ns: str, ids: list[str]) -> dict:
     for nid in ids:
         note = ctx.redis.hgetall(ctx.keys.note(ns, nid))
         note.pop(b"updated_at", None)
-        links = ctx.redis.zrange(ctx.keys.links(ns, nid), 0, -1, withscores=True)
-        out[nid] = (note, links, ctx.redis.hgetall(ctx.keys.linkmeta(ns, nid)))
+        out[nid] = (note, ctx.redis.hgetall(ctx.keys.links(ns, nid)))
     out["links"] = ctx.redis.hget(ctx.keys.stats(ns), "links")
     return out
 

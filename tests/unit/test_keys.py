@@ -11,7 +11,6 @@ from producer.keys import Keys
 NAMESPACE_KEYS: list[Callable[[Keys, str], str]] = [
     lambda k, ns: k.note(ns, "n1"),
     lambda k, ns: k.links(ns, "n1"),
-    lambda k, ns: k.linkmeta(ns, "n1"),
     Keys.active,
     Keys.seqs,
     Keys.seq,
@@ -66,12 +65,11 @@ def test_the_keys_of_one_namespace_are_all_distinct() -> None:
     assert len(set(keys)) == len(keys)
 
 
-def test_note_links_and_linkmeta_keys_end_with_the_note_id() -> None:
+def test_note_and_links_keys_end_with_the_note_id() -> None:
     k = Keys()
 
     assert k.note("ns", "abc") == "zq:{ns}:note:abc"
     assert k.links("ns", "abc") == "zq:{ns}:links:abc"
-    assert k.linkmeta("ns", "abc") == "zq:{ns}:linkmeta:abc"
 
 
 @pytest.mark.parametrize("make", SHARD_KEYS)
