@@ -191,6 +191,7 @@ class EmbeddedRedis:
         command = [self.executable or find_redis_server(), "--port", str(self.port)]
         command += ["--bind", self.host, "--dir", data_dir, "--daemonize", "no"]
         command += ["--save", "", "--appendonly", "yes" if self.appendonly else "no"]
+        command += ["--hash-max-listpack-value", "256"]  # as deploy/redis.conf
         if self.appendonly:  # as deploy/redis.conf
             command += ["--appendfsync", "everysec", "--auto-aof-rewrite-min-size", "1gb"]
         if self.requirepass:
