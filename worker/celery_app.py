@@ -19,8 +19,11 @@ from typing import Any
 
 from celery import Celery, signals
 from kombu import Queue
+from redis import Redis
 
+from producer.core import redis_kwargs
 from producer.keys import Keys
+from worker import redis_config
 from worker.context import WorkerContext
 from worker.dispatch import Dispatcher
 from worker.organiser import OrganiseServer
@@ -85,6 +88,9 @@ def _on_worker_ready(sender: Any = None, **_: object) -> None:
     if app.conf.worker_pool != "prefork":
         _start_servers()
     log.info("zettelq worker ready: shards=%d", settings.shard_count)
+    with Redis.from_url(settings.redis_url, **redis_kwargs(settings)) as r:
+        for line in redis_config.advice(r):
+            log.warning("%s", line)
 
 
 @signals.worker_shutdown.connect

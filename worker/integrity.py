@@ -1,5 +1,5 @@
-"""Consistency check of one namespace's canonical data (used by tests, the load bench and
-``zettelq check``). Returns human-readable problems; an empty list means consistent."""
+"""Consistency check of one namespace's canonical data (used by tests and the load bench).
+Returns human-readable problems; an empty list means consistent."""
 
 from __future__ import annotations
 

@@ -19,10 +19,15 @@ from producer.protocol import (
     Reply,
     SearchJob,
     StoreJob,
+    link_meta,
+    link_weight,
+    link_weights,
     new_id,
     note_from_hash,
     pack,
+    pack_link,
     unpack,
+    unpack_link,
 )
 from worker.notes import encode_fields
 
@@ -316,3 +321,31 @@ def test_note_from_hash_of_a_hash_missing_its_id_is_a_protocol_error() -> None:
 def test_note_from_hash_of_a_bad_status_is_a_protocol_error() -> None:
     with pytest.raises(ProtocolError):
         note_from_hash(redis_hash({**written_note(), "status": "weird"}))
+
+
+@given(
+    weight=st.floats(allow_nan=False, allow_infinity=False),
+    reason=st.text(max_size=80),
+    label=st.sampled_from(["related", "supports", "sequence"]),
+)
+def test_a_packed_link_gives_back_its_exact_weight_and_metadata(
+    weight: float, reason: str, label: str
+) -> None:
+    meta = {"reason": reason, "label": label, "source": "rule:similarity", "at": 1.5}
+    raw = pack_link(weight, meta)
+    assert link_weight(raw) == weight
+    assert unpack_link(raw) == (weight, meta)
+    assert link_meta(raw) == meta
+
+
+def test_a_link_without_a_label_reads_as_related_and_no_link_as_nothing() -> None:
+    assert link_meta(pack_link(0.5, {"reason": "old"})) == {"reason": "old", "label": "related"}
+    assert link_meta(pack_link(0.5, {})) == {}
+    assert link_meta(None) == {}
+    assert unpack_link(pack_link(0.25, {})) == (0.25, {})
+
+
+def test_link_weights_reads_a_links_hash_in_either_reply_shape() -> None:
+    a, b = pack_link(0.5, {"reason": "x"}), pack_link(0.75, {})
+    assert link_weights({b"n1": a, b"n2": b}) == {"n1": 0.5, "n2": 0.75}  # RESP3 map
+    assert link_weights([b"n1", a, b"n2", b]) == {"n1": 0.5, "n2": 0.75}  # RESP2 flat
