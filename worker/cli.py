@@ -13,6 +13,7 @@ zettelq reembed NAMESPACE   re-embed notes written by another embedder (--wait: 
 zettelq organise NAMESPACE  run every periodic job now for one namespace, on a worker
 zettelq runs                the last beat run of each periodic job (over all namespaces)
 zettelq proposals list|accept|reject|revert [ID]   review evolution proposals
+zettelq migrate             convert links stored before 2026-12-01 (every worker stopped)
 """
 
 from __future__ import annotations
@@ -26,6 +27,7 @@ import sys
 import threading
 import time
 from collections.abc import Sequence
+from dataclasses import asdict
 from typing import Any
 
 from producer import Conflict, MemoryClient, NotFound
@@ -77,6 +79,9 @@ def _parser() -> argparse.ArgumentParser:
     organise.add_argument("--no-wait", action="store_true", help="queue it and return")
     organise.add_argument("--json", action="store_true")
     sub.add_parser("runs", help="print the last beat run of each periodic job as JSON lines")
+    sub.add_parser(
+        "migrate", help="convert links stored before 2026-12-01 (stop every worker first)"
+    )
     dead = sub.add_parser("dead", help="inspect or replay dead-lettered jobs")
     dead.add_argument("action", choices=["list", "retry", "purge"])
     dead.add_argument("--count", type=int, default=20)
@@ -276,6 +281,22 @@ def _dead(settings: WorkerSettings, args: argparse.Namespace, rest: list[str]) -
     return 0
 
 
+def _migrate(settings: WorkerSettings, args: argparse.Namespace, rest: list[str]) -> int:
+    from worker.context import WorkerContext
+    from worker.migrate import MigrationRefused, migrate_links
+
+    ctx = WorkerContext.build(settings)
+    try:
+        done = migrate_links(ctx)
+    except MigrationRefused as exc:
+        sys.stderr.write(f"migrate refused: {exc}\n")
+        return 1
+    finally:
+        ctx.close()
+    _out(json.dumps(asdict(done)))
+    return 0
+
+
 def _proposals(settings: WorkerSettings, args: argparse.Namespace, rest: list[str]) -> int:
     with MemoryClient(settings) as mem:
         if args.action == "list":
@@ -313,6 +334,7 @@ COMMANDS = {
     "organise": _organise,
     "runs": _runs,
     "proposals": _proposals,
+    "migrate": _migrate,
 }
 
 
