@@ -202,8 +202,9 @@ def _read(ctx: WorkerContext, shard: int, wait_ms: int, entries: list[RawEntry])
 
 def _process(ctx: WorkerContext, shard: int, batch: list[RawEntry]) -> list[bytes]:
     """Apply a batch; returns its entry ids, committed or dead-lettered, for acknowledging."""
+    payloads = {raw_id.decode(): fields.get(b"j", b"") for raw_id, fields in batch}
     for ns, entries in _accepted(ctx, shard, batch).items():
-        _handle_isolated(ctx, shard, ns, entries)
+        _handle_isolated(ctx, shard, ns, entries, payloads)
     return [raw_id for raw_id, _ in batch]
 
 
@@ -251,8 +252,11 @@ def _refuse(
     pipe.execute()
 
 
-def _handle_isolated(ctx: WorkerContext, shard: int, ns: str, entries: list[Entry]) -> None:
-    """Handle the namespace's jobs together; if that fails, one by one, dead-lettering failures."""
+def _handle_isolated(
+    ctx: WorkerContext, shard: int, ns: str, entries: list[Entry], payloads: dict[str, bytes]
+) -> None:
+    """Handle the namespace's jobs together; if that fails, one by one, dead-lettering failures
+    with their payload as queued, so ``zettelq dead retry`` can replay them."""
     try:
         handle_jobs(ctx, ns, entries)
         return
@@ -267,8 +271,7 @@ def _handle_isolated(ctx: WorkerContext, shard: int, ns: str, entries: list[Entr
             raise
         except Exception as exc:
             log.exception("job entry=%s of ns=%s failed", entry[0], ns)
-            payload = entry[1].model_dump()
-            dead_letter(ctx, shard, entry[0], repr(payload).encode(), f"failed: {exc!r}", ns)
+            dead_letter(ctx, shard, entry[0], payloads[entry[0]], f"failed: {exc!r}", ns)
 
 
 def decode_job(ctx: WorkerContext, fields: dict[bytes, bytes]) -> StoreJob | DeleteJob:

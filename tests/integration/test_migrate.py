@@ -9,6 +9,7 @@ import pytest
 from producer import MemoryClient
 from producer.protocol import unpack_link
 from tests.conftest import drain_all
+from worker import deadletter
 from worker.cli import main
 from worker.context import WorkerContext
 from worker.integrity import check_namespace
@@ -74,3 +75,23 @@ def test_migrate_refuses_while_a_worker_holds_a_shard_lease(
         if isinstance(value, (str, int, float)):
             monkeypatch.setenv(f"ZQ_{name.upper()}", str(value))
     assert main(["migrate"]) == 1  # the command says so and fails
+
+
+def test_jobs_dead_lettered_on_old_links_are_organised_after_migrate_and_retry(
+    ctx: WorkerContext, client: MemoryClient
+) -> None:
+    """A worker upgraded before the migration dead-letters the batches that touch old links
+    (WRONGTYPE), losing nothing; migrate, then ``dead retry``, organises them."""
+    first = client.store_many(TEXTS[:3], namespace="m")
+    drain_all(ctx)
+    _to_old_layout(ctx, "m")
+    later = client.store_many([*TEXTS[3:], TEXTS[0] + " Again."], namespace="m")
+    drain_all(ctx)
+    dead = ctx.redis.xlen(ctx.keys.dead())
+    assert dead > 0
+    migrate_links(ctx)
+    assert deadletter.retry_dead(ctx, 100) == dead
+    drain_all(ctx)
+    assert ctx.redis.xlen(ctx.keys.dead()) == 0
+    assert all(client.get(nid, namespace="m") for nid in first + later)
+    assert check_namespace(ctx, "m") == []
