@@ -31,35 +31,34 @@ class MigrationRefused(Exception):
 
 @dataclass
 class Migrated:
-    namespaces: int = 0
+    namespaces: int = 0  #: namespaces with a link set converted
     notes: int = 0  #: link sets converted
     links: int = 0  #: link ends converted
     orphans: int = 0  #: linkmeta hashes without a link set, deleted
-    per_namespace: dict[str, int] = field(default_factory=dict)
+    per_namespace: dict[str, int] = field(default_factory=dict)  #: link sets converted
 
 
 def migrate_links(ctx: WorkerContext) -> Migrated:
+    """Convert every note's old link keys, in one SCAN of the keyspace (then one more for
+    linkmeta hashes left without a link set)."""
     r, keys = ctx.redis, ctx.keys
     held = [s for s in range(keys.shard_count) if r.exists(keys.lease(s))]
     if held:
         raise MigrationRefused(f"shard leases held for shards {held}: stop every worker first")
     out = Migrated()
-    for raw_ns in sorted(r.smembers(keys.namespaces())):
-        ns = raw_ns.decode()
-        out.namespaces += 1
-        prefix = f"{keys.prefix}:{{{ns}}}"
-        for key in r.scan_iter(match=f"{prefix}:links:*", count=SCAN_COUNT, _type="zset"):
-            note_id = key.decode().rsplit(":links:", 1)[1]
-            out.links += _convert(ctx, key, f"{prefix}:linkmeta:{note_id}")
-            out.notes += 1
-            out.per_namespace[ns] = out.per_namespace.get(ns, 0) + 1
-        for key in r.scan_iter(match=f"{prefix}:linkmeta:*", count=SCAN_COUNT, _type="hash"):
-            out.orphans += r.delete(key)
+    for key in r.scan_iter(match=f"{keys.prefix}:{{*}}:links:*", count=SCAN_COUNT, _type="zset"):
+        head, note_id = key.decode().rsplit(":links:", 1)
+        ns = head[len(keys.prefix) + 2 : -1]
+        out.links += _convert(ctx, key, f"{head}:linkmeta:{note_id}")
+        out.notes += 1
+        out.per_namespace[ns] = out.per_namespace.get(ns, 0) + 1
+    pattern = f"{keys.prefix}:{{*}}:linkmeta:*"
+    for key in r.scan_iter(match=pattern, count=SCAN_COUNT, _type="hash"):
+        out.orphans += r.delete(key)
+    out.namespaces = len(out.per_namespace)
     log.info(
         "migrated %d link sets (%d link ends) in %d namespaces",
-        out.notes,
-        out.links,
-        out.namespaces,
+        *(out.notes, out.links, out.namespaces),
     )
     return out
 

@@ -50,6 +50,8 @@ def test_old_links_become_the_new_layout_exactly_and_a_second_run_changes_nothin
     for ns in ("m1", "m2"):
         _to_old_layout(ctx, ns)
     orphan = f"{ctx.keys.prefix}:{{m1}}:linkmeta:gone"
+    other = f"{ctx.keys.prefix}x:{{m1}}:links:n1"
+    ctx.redis.zadd(other, {"n2": 0.5})
     ctx.redis.hset(orphan, "x", msgpack.packb({"reason": "r"}))
 
     done = migrate_links(ctx)
@@ -59,6 +61,8 @@ def test_old_links_become_the_new_layout_exactly_and_a_second_run_changes_nothin
     assert done.notes == sum(len(v) for v in before.values())
     assert done.links == sum(len(h) for v in before.values() for h in v.values())
     assert done.orphans == 1
+    assert done.per_namespace == {ns: len(before[ns]) for ns in ("m1", "m2")}
+    assert ctx.redis.type(other) == b"zset"  # another deployment's keys are left alone
     assert all(check_namespace(ctx, ns) == [] for ns in ("m1", "m2"))
     assert client.get(ids[0], namespace="m1").links  # the producer reads the migrated links
     again = migrate_links(ctx)
