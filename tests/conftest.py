@@ -56,6 +56,14 @@ def make_settings(tmp_path: Path, **overrides: object) -> WorkerSettings:
 
 
 @pytest.fixture
+def cli_env(settings: WorkerSettings, monkeypatch: pytest.MonkeyPatch) -> WorkerSettings:
+    """The ZQ_ environment a ``zettelq`` command run in the test reads ``settings`` from."""
+    for name in ("redis_url", "key_prefix", "shard_count", "index_dir"):
+        monkeypatch.setenv(f"ZQ_{name.upper()}", str(getattr(settings, name)))
+    return settings
+
+
+@pytest.fixture
 def ctx(settings: WorkerSettings) -> Iterator[WorkerContext]:
     context = WorkerContext.build(settings)
     yield context

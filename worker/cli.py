@@ -14,6 +14,7 @@ zettelq organise NAMESPACE  run every periodic job now for one namespace, on a w
 zettelq runs                the last beat run of each periodic job (over all namespaces)
 zettelq proposals list|accept|reject|revert [ID]   review evolution proposals
 zettelq migrate             convert links stored before 2026-12-01 (every worker stopped)
+zettelq check [-n NS|--all] check that notes and links are consistent (exit 1 if not)
 """
 
 from __future__ import annotations
@@ -82,6 +83,8 @@ def _parser() -> argparse.ArgumentParser:
     sub.add_parser(
         "migrate", help="convert links stored before 2026-12-01 (stop every worker first)"
     )
+    check = sub.add_parser("check", help="check a namespace's notes and links are consistent")
+    check.add_argument("--all", action="store_true", help="every namespace")
     dead = sub.add_parser("dead", help="inspect or replay dead-lettered jobs")
     dead.add_argument("action", choices=["list", "retry", "purge"])
     dead.add_argument("--count", type=int, default=20)
@@ -92,7 +95,7 @@ def _parser() -> argparse.ArgumentParser:
     proposals.add_argument("id", nargs="?", help="the proposal (accept, reject, revert)")
     proposals.add_argument("--status", choices=STATUSES)
     proposals.add_argument("--limit", type=int, default=20)
-    for sp in (store, search, get, proposals, *_namespaced(sub)):
+    for sp in (store, search, get, proposals, check, *_namespaced(sub)):
         sp.add_argument("-n", "--namespace", default=None)
     return p
 
@@ -281,6 +284,27 @@ def _dead(settings: WorkerSettings, args: argparse.Namespace, rest: list[str]) -
     return 0
 
 
+def _check(settings: WorkerSettings, args: argparse.Namespace, rest: list[str]) -> int:
+    from producer.validation import check_namespace as valid_namespace
+    from worker.context import WorkerContext
+    from worker.integrity import check_namespace
+
+    ctx = WorkerContext.build(settings)
+    try:
+        if args.all:
+            names = sorted(m.decode() for m in ctx.redis.smembers(ctx.keys.namespaces()))
+        else:
+            names = [valid_namespace(args.namespace or settings.default_namespace)]
+        bad = 0
+        for ns in names:
+            problems = check_namespace(ctx, ns)
+            bad += bool(problems)
+            _out(json.dumps({"namespace": ns, "problems": problems}))
+    finally:
+        ctx.close()
+    return 1 if bad else 0
+
+
 def _migrate(settings: WorkerSettings, args: argparse.Namespace, rest: list[str]) -> int:
     from worker.context import WorkerContext
     from worker.migrate import MigrationRefused, migrate_links
@@ -335,6 +359,7 @@ COMMANDS = {
     "runs": _runs,
     "proposals": _proposals,
     "migrate": _migrate,
+    "check": _check,
 }
 
 

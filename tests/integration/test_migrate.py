@@ -14,6 +14,7 @@ from worker.cli import main
 from worker.context import WorkerContext
 from worker.integrity import check_namespace
 from worker.migrate import MigrationRefused, migrate_links
+from worker.settings import WorkerSettings
 
 TEXTS = [
     "The billing service retries failed card payments three times.",
@@ -70,15 +71,13 @@ def test_old_links_become_the_new_layout_exactly_and_a_second_run_changes_nothin
 
 
 def test_migrate_refuses_while_a_worker_holds_a_shard_lease(
-    ctx: WorkerContext, monkeypatch: pytest.MonkeyPatch
+    ctx: WorkerContext, cli_env: WorkerSettings, capsys: pytest.CaptureFixture[str]
 ) -> None:
     ctx.redis.set(ctx.keys.lease(1), b"someone/token", px=10_000)
     with pytest.raises(MigrationRefused, match="stop every worker"):
         migrate_links(ctx)
-    for name, value in ctx.settings.model_dump().items():
-        if isinstance(value, (str, int, float)):
-            monkeypatch.setenv(f"ZQ_{name.upper()}", str(value))
     assert main(["migrate"]) == 1  # the command says so and fails
+    assert "stop every worker" in capsys.readouterr().err
 
 
 def test_jobs_dead_lettered_on_old_links_are_organised_after_migrate_and_retry(

@@ -139,10 +139,8 @@ def test_a_note_changed_while_its_batch_was_embedded_is_left_for_the_next_run(st
 
 
 def test_cli_reembed_wait_runs_it_with_the_environment_settings(
-    stored, settings, new_ctx, monkeypatch, capsys
+    stored, cli_env, new_ctx, monkeypatch, capsys
 ):
-    for name in ("redis_url", "key_prefix", "shard_count", "index_dir"):
-        monkeypatch.setenv(f"ZQ_{name.upper()}", str(getattr(settings, name)))
     monkeypatch.setenv("ZQ_EMBED_DIM", "64")  # the hashing embedder's name changes with it
     assert main(["reembed", NS, "--wait"]) == 0
     assert capsys.readouterr().out.strip() == f"reembedded {len(NOTES)} notes"
