@@ -43,7 +43,7 @@ from producer.protocol import (
     Reply,
     SearchJob,
     Stats,
-    link_meta,
+    link_label,
     link_weight,
     new_id,
     note_from_hash,
@@ -341,9 +341,3 @@ def to_neighbours(
         for (nid, (hop, via, w)), c, m in zip(found.items(), contents, labels, strict=True)
         if c is not None
     ]
-
-
-def link_label(raw: bytes | None) -> str:
-    """The relation label of a packed link ("related" when it has none; "" when there is no
-    link)."""
-    return str(link_meta(raw).get("label", "related")) if raw else ""

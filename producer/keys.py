@@ -22,9 +22,9 @@ P:redbeat:*                    (beat)  celery-redbeat's schedule and leader lock
 P:vcache:<embedder>:<sha256>   string  float32 vector of the text with that SHA-256 (hex) by
                                        that embedder; EX vector_cache_ttl_s
 P:{ns}:note:<id>               hash    one note (fields: see producer.protocol.NOTE_FIELDS)
-P:{ns}:links:<id>              hash    neighbour id -> packed link: the weight (float64, little
-                                       endian) then msgpack {reason, label, source, at}; one
-                                       hash per end (the ends' labels can differ)
+P:{ns}:links:<id>              hash    neighbour id -> packed link (producer.protocol.pack_link):
+                                       weight, relation label, then msgpack {reason, source,
+                                       at}; one hash per end (the ends' metadata can differ)
 P:{ns}:active                  zset    active note id -> seq (the FAISS int64 id)
 P:{ns}:seqs                    hash    seq -> note id (active and tombstoned)
 P:{ns}:seq                     string  last seq handed out (INCR)

@@ -252,24 +252,44 @@ def validate(model: type[M], obj: Any) -> M:
         raise ProtocolError(f"cannot decode {model.__name__}: {exc}") from exc
 
 
-#: A link as stored in its note's links hash (one per direction): the weight as a little-endian
-#: float64, then the msgpack of its metadata {reason, label, source, at}.
-LINK_WEIGHT = struct.Struct("<d")
+#: A link as stored in its note's links hash (one per direction): the weight (float64, little
+#: endian), the length of its relation label (one byte) and the label (UTF-8; empty when it has
+#: none), then the msgpack of the rest of its metadata {reason, source, at, ...}. The weight and
+#: the label, which every search reads, come out without unpacking anything.
+LINK_HEAD = struct.Struct("<dB")
+MAX_LABEL_BYTES = 255
 
 
 def pack_link(weight: float, meta: Mapping[str, Any]) -> bytes:
-    return LINK_WEIGHT.pack(weight) + bytes(msgpack.packb(dict(meta)))
+    rest = dict(meta)
+    label = str(rest.pop("label", None) or "").encode()
+    if len(label) > MAX_LABEL_BYTES:
+        raise ValueError(f"a link label takes at most {MAX_LABEL_BYTES} bytes")
+    return LINK_HEAD.pack(weight, len(label)) + label + bytes(msgpack.packb(rest))
 
 
 def link_weight(raw: bytes) -> float:
-    return float(LINK_WEIGHT.unpack_from(raw)[0])
+    return float(LINK_HEAD.unpack_from(raw)[0])
+
+
+def link_label(raw: bytes | None) -> str:
+    """The relation label of a packed link ("related" when it has none; "" when there is no
+    link)."""
+    if not raw:
+        return ""
+    end = LINK_HEAD.size + raw[LINK_HEAD.size - 1]
+    return raw[LINK_HEAD.size : end].decode() or "related"
 
 
 def unpack_link(raw: bytes) -> tuple[float, dict[str, Any]]:
     """The weight and the metadata, as stored, of a packed link."""
-    packed = raw[LINK_WEIGHT.size :]
-    meta = msgpack.unpackb(packed, raw=False) if packed else {}
-    return link_weight(raw), meta if isinstance(meta, dict) else {}
+    weight, size = LINK_HEAD.unpack_from(raw)
+    start = LINK_HEAD.size + size
+    rest = msgpack.unpackb(raw[start:], raw=False) if len(raw) > start else {}
+    meta = rest if isinstance(rest, dict) else {}
+    if size:
+        meta = {"label": raw[LINK_HEAD.size : start].decode(), **meta}
+    return float(weight), meta
 
 
 def link_meta(raw: bytes | None) -> dict[str, Any]:

@@ -12,8 +12,7 @@ import msgpack
 import numpy as np
 import numpy.typing as npt
 
-from producer.core import link_label
-from producer.protocol import PACKED_FIELDS, Hit, link_weights
+from producer.protocol import PACKED_FIELDS, Hit, link_label, link_weights
 from worker import ranking
 from worker.bulk import BulkPipeline, fields
 from worker.context import WorkerContext

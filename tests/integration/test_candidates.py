@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from producer.core import link_label
+from producer.protocol import link_label
 from worker import notes
 from worker.bulk import BulkTransaction
 from worker.candidates import Cand, load_links

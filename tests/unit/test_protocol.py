@@ -19,6 +19,7 @@ from producer.protocol import (
     Reply,
     SearchJob,
     StoreJob,
+    link_label,
     link_meta,
     link_weight,
     link_weights,
@@ -334,15 +335,24 @@ def test_a_packed_link_gives_back_its_exact_weight_and_metadata(
     meta = {"reason": reason, "label": label, "source": "rule:similarity", "at": 1.5}
     raw = pack_link(weight, meta)
     assert link_weight(raw) == weight
+    assert link_label(raw) == label
     assert unpack_link(raw) == (weight, meta)
     assert link_meta(raw) == meta
+    assert pack_link(*unpack_link(raw)) == raw  # what a revert writes back is what was there
 
 
 def test_a_link_without_a_label_reads_as_related_and_no_link_as_nothing() -> None:
     assert link_meta(pack_link(0.5, {"reason": "old"})) == {"reason": "old", "label": "related"}
+    assert link_label(pack_link(0.5, {"reason": "old"})) == "related"
     assert link_meta(pack_link(0.5, {})) == {}
-    assert link_meta(None) == {}
+    assert (link_meta(None), link_label(None)) == ({}, "")
     assert unpack_link(pack_link(0.25, {})) == (0.25, {})
+    assert unpack_link(pack_link(0.25, {"label": "über"})) == (0.25, {"label": "über"})
+
+
+def test_a_link_label_past_255_bytes_is_refused() -> None:
+    with pytest.raises(ValueError, match="255 bytes"):
+        pack_link(0.5, {"label": "x" * 256})
 
 
 def test_link_weights_reads_a_links_hash_in_either_reply_shape() -> None:
