@@ -43,7 +43,9 @@ POLL_S = 0.2  #: stats() polling interval
 
 def namespaces(prefix: str, count: int) -> list[str]:
     """``count`` namespaces, each on its own shard."""
-    keys, names, shards, i = Keys(prefix, SHARD_COUNT), [], set(), 0
+    keys, i = Keys(prefix, SHARD_COUNT), 0
+    names: list[str] = []
+    shards: set[int] = set()
     while len(names) < count:
         ns, i = f"tenant-{i}", i + 1
         if keys.shard_of(ns) not in shards:

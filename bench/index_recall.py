@@ -111,7 +111,11 @@ def measure(data_set: str, n: int, rng: np.random.Generator) -> None:
     flat, _ = build(vecs, n + BATCH, "ivf")
     truth = flat.search(queries, K)[1]
     report(f"{row}  {'flat':<14}", 1.0, flat, queries, ingest_ms(flat, batch, n))
-    for ann, knob, values in (("ivf", "nprobe", NPROBES), ("hnsw", "ef_search", EF_SEARCHES)):
+    sweeps: tuple[tuple[Ann, str, tuple[int, ...]], ...] = (
+        ("ivf", "nprobe", NPROBES),
+        ("hnsw", "ef_search", EF_SEARCHES),
+    )
+    for ann, knob, values in sweeps:
         index, built_s = build(vecs, 0, ann)
         log.info("%s  build %s: %.1fs (%.0f vectors/s)", row, ann, built_s, n / built_s)
         for value in values:

@@ -38,6 +38,7 @@ import time
 from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import cast
 
 from producer import Backpressure, MemoryClient, ProducerSettings, ZettelqError
 from worker.context import WorkerContext
@@ -69,7 +70,7 @@ def _text(rng_seed: int) -> str:
 
 def _search_loop(
     mem: MemoryClient, namespaces: list[str], done: threading.Event, out: ProducerResult
-):
+) -> None:
     i = 0
     while not done.is_set():
         i += 1
@@ -81,7 +82,9 @@ def _search_loop(
             out.errors[type(exc).__name__] += 1
 
 
-def produce(url: str, prefix: str, namespaces: list[str], seconds: float, who: int, stores: int):
+def produce(
+    url: str, prefix: str, namespaces: list[str], seconds: float, who: int, stores: int
+) -> ProducerResult:
     """One producer process: a thread storing ``stores`` notes (or, with ``stores`` 0, storing
     until ``seconds`` pass) and a thread searching until the storing ends."""
     settings = ProducerSettings(redis_url=url, key_prefix=prefix, max_pending=200_000)
@@ -225,7 +228,7 @@ def run(workers: int, args: argparse.Namespace, tmp: Path) -> dict[str, object]:
             acked = {ns: [i for r in results for i in r.acked[ns]] for ns in namespaces}
             stores = sum(len(v) for v in acked.values())
             lat = sorted(x for r in results for x in r.latencies_s)
-            errors = sum((r.errors for r in results), Counter())
+            errors: Counter[str] = sum((r.errors for r in results), Counter())
             return {
                 "workers": workers,
                 "searchers": args.searchers,
@@ -277,9 +280,8 @@ def main() -> int:
     for row in rows:
         log.info("%s", row)
     if len(rows) >= 2:
-        log.info(
-            "organised/s ratio: %.2f", int(rows[1]["organised/s"]) / int(rows[0]["organised/s"])
-        )
+        one, two = (cast(int, row["organised/s"]) for row in rows[:2])
+        log.info("organised/s ratio: %.2f", two / one)
     log.info(
         "cpus=%d producers=%d seconds=%.0f stores=%d namespaces=%d",
         os.cpu_count() or 0,
