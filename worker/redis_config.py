@@ -1,7 +1,8 @@
-"""Redis server settings that zettelq's speed depends on, checked when a worker starts.
+"""Redis server settings that zettelq's durability and speed depend on, checked when a worker
+starts.
 
-Nothing breaks without them; a worker logs what it found so an operator running their own Redis
-learns why it costs more than the benchmarks say.
+Nothing breaks without them; a worker logs a warning for each, so an operator running their own
+Redis learns that it can lose notes (no AOF) or costs more than the benchmarks say.
 """
 
 from __future__ import annotations
@@ -20,19 +21,20 @@ def advice(r: Redis) -> list[str]:
     """What to change in the server's configuration (empty when nothing, or when CONFIG GET is
     not allowed to this user)."""
     try:
-        for name in LISTPACK_VALUE_NAMES:
-            found = r.config_get(name)
-            if name in found:
-                value = int(found[name])
-                break
-        else:
-            return []
+        found = {name: r.config_get(name) for name in ("appendonly", *LISTPACK_VALUE_NAMES)}
     except RedisError:
         return []
-    if value >= LISTPACK_VALUE:
-        return []
-    return [
-        f"Redis has {name} {value}: links hashes will use the hashtable encoding, which costs "
-        f"~25% more Redis CPU per organised note and ~12% more memory; set it to "
-        f"{LISTPACK_VALUE} (deploy/redis.conf)"
-    ]
+    out = []
+    if found["appendonly"].get("appendonly") == "no":
+        out.append(
+            "Redis has appendonly no: it holds the only copy of the notes, and a crash or "
+            "restart loses every write since its last snapshot; turn AOF on (deploy/redis.conf)"
+        )
+    name = next((n for n in LISTPACK_VALUE_NAMES if n in found[n]), None)
+    if name is not None and int(found[name][name]) < LISTPACK_VALUE:
+        out.append(
+            f"Redis has {name} {found[name][name]}: links hashes will use the hashtable "
+            f"encoding, which costs ~25% more Redis CPU per organised note and ~12% more "
+            f"memory; set it to {LISTPACK_VALUE} (deploy/redis.conf)"
+        )
+    return out
