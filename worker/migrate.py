@@ -31,7 +31,6 @@ class MigrationRefused(Exception):
 
 @dataclass
 class Migrated:
-    namespaces: int = 0  #: namespaces with a link set converted
     notes: int = 0  #: link sets converted
     links: int = 0  #: link ends converted
     orphans: int = 0  #: linkmeta hashes without a link set, deleted
@@ -55,10 +54,9 @@ def migrate_links(ctx: WorkerContext) -> Migrated:
     pattern = f"{keys.prefix}:{{*}}:linkmeta:*"
     for key in r.scan_iter(match=pattern, count=SCAN_COUNT, _type="hash"):
         out.orphans += r.delete(key)
-    out.namespaces = len(out.per_namespace)
     log.info(
         "migrated %d link sets (%d link ends) in %d namespaces",
-        *(out.notes, out.links, out.namespaces),
+        *(out.notes, out.links, len(out.per_namespace)),
     )
     return out
 

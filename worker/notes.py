@@ -16,7 +16,7 @@ from redis import Redis
 from redis.client import Pipeline
 
 from producer.keys import Keys
-from producer.protocol import PACKED_FIELDS, link_meta, link_weights, pack_link
+from producer.protocol import PACKED_FIELDS, link_weights, pack_link
 from worker.bulk import BulkPipeline, fields
 from worker.linking import Link
 
@@ -81,25 +81,11 @@ def queue_notes(
 
 
 def read_links(r: Redis, keys: Keys, ns: str, ids: Sequence[str]) -> dict[str, dict[str, float]]:
-    """Neighbour -> weight of each id (one round trip; see ``queue_links``)."""
+    """Neighbour -> weight of each id, in one round trip."""
     pipe = BulkPipeline(r)
-    decode = queue_links(pipe, keys, [(ns, nid) for nid in ids])
-    return dict(zip(ids, decode(pipe.execute()), strict=True))
-
-
-def queue_links(
-    pipe: BulkPipeline, keys: Keys, refs: Sequence[tuple[str, str]]
-) -> Callable[[list[Any]], list[dict[str, float]]]:
-    """Queue the read of the links hash of each (namespace, id); the decoder returns neighbour
-    -> weight for each, in order."""
-    start = len(pipe)
-    for ns, nid in refs:
+    for nid in ids:
         pipe.queue("HGETALL", keys.links(ns, nid))
-
-    def decode(replies: list[Any]) -> list[dict[str, float]]:
-        return [link_weights(row) for row in replies[start : start + len(refs)]]
-
-    return decode
+    return {nid: link_weights(row) for nid, row in zip(ids, pipe.execute(), strict=True)}
 
 
 def audit(
@@ -196,17 +182,6 @@ def unlink_pairs(pipe: Pipeline, keys: Keys, ns: str, pairs: Iterable[tuple[str,
     for a, b in pairs:
         pipe.execute_command("HDEL", keys.links(ns, a), b)
         pipe.execute_command("HDEL", keys.links(ns, b), a)
-
-
-def read_link_meta(
-    r: Redis, keys: Keys, ns: str, pairs: Sequence[tuple[str, str]]
-) -> list[dict[str, Any]]:
-    """The {reason, label, source, at} of each link ``a`` - ``b`` as ``a`` holds it (empty when
-    absent)."""
-    pipe = BulkPipeline(r)
-    for a, b in pairs:
-        pipe.queue("HGET", keys.links(ns, a), b)
-    return [link_meta(raw) for raw in pipe.execute()]
 
 
 def tombstone_all(
