@@ -108,7 +108,8 @@ class AsyncMemoryClient:
 
     async def _ask(self, kind: str, namespace: Namespaces | None, **fields: Any) -> Reply:
         job = self._core.search_job(kind, namespace, **fields)
-        return self._core.parse_reply(await self._request(self.keys.search_queue(), job), job)
+        queue = self.keys.search_queue_of(job.namespaces)
+        return self._core.parse_reply(await self._request(queue, job), job)
 
     async def _request(self, queue: str, job: SearchJob | OrganiseJob) -> Any:
         reply_key = self.keys.reply(job.job_id)

@@ -123,7 +123,8 @@ class MemoryClient:
 
     def _ask(self, kind: str, namespace: Namespaces | None, **fields: Any) -> Reply:
         job = self._core.search_job(kind, namespace, **fields)
-        return self._core.parse_reply(self._request(self.keys.search_queue(), job), job)
+        queue = self.keys.search_queue_of(job.namespaces)
+        return self._core.parse_reply(self._request(queue, job), job)
 
     def _request(self, queue: str, job: SearchJob | OrganiseJob) -> Any:
         """Queue ``job`` and wait for its reply until its deadline (None when none came)."""

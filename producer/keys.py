@@ -11,7 +11,12 @@ P:{sN}:inbox                   stream  packed jobs (store/delete) for the namesp
 P:{sN}:lease                   string  token of the worker draining shard N (PX lease_ms)
 P:{sN}:kicked                  string  set while a drain task for shard N is queued
 P:{sN}:drainer                 string  the worker process that last drained shard N
-P:search                       list    packed SearchJob requests, served by every worker process
+P:{sN}:search                  list    packed SearchJob requests over one namespace of shard N,
+                                       served by the process that drains the shard (see
+                                       worker/routing.py)
+P:search                       list    packed SearchJob requests over several namespaces,
+                                       served by every search thread
+P:searcher:<consumer>          string  set while that worker process serves searches (PX)
 P:reply:<job_id>               list    one packed Reply, EXPIRE result_ttl_s; the caller BLPOPs it
 P:dead                         stream  dead-lettered jobs: raw payload, reason, source, time
 P:namespaces                   set     every namespace ever written
@@ -86,9 +91,22 @@ class Keys:
     def drainer(self, shard: int) -> str:
         return f"{self.prefix}:{{s{shard}}}:drainer"
 
+    def shard_search(self, shard: int) -> str:
+        return f"{self.prefix}:{{s{shard}}}:search"
+
     # global keys
     def search_queue(self) -> str:
         return f"{self.prefix}:search"
+
+    def search_queue_of(self, namespaces: list[str]) -> str:
+        """Where a search over ``namespaces`` is queued: the shard's list for one namespace,
+        so the worker that drains it answers; the shared list for several."""
+        if len(namespaces) == 1:
+            return self.shard_search(self.shard_of(namespaces[0]))
+        return self.search_queue()
+
+    def searcher(self, consumer: str) -> str:
+        return f"{self.prefix}:searcher:{consumer}"
 
     def reply(self, job_id: str) -> str:
         return f"{self.prefix}:reply:{job_id}"

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import logging
 import time
+from collections.abc import Callable
 
 from redis import Redis
 from redis.exceptions import ConnectionError as RedisConnectionError
@@ -72,6 +73,7 @@ class OrganiseServer(SearchServer):
     """A daemon thread serving organise jobs until ``stop()``."""
 
     name = "organise"
+    beats = False
 
-    def serve(self, conn: Redis) -> None:
-        serve_once(self.ctx, conn)
+    def server(self, conn: Redis) -> Callable[[], bool]:
+        return lambda: serve_once(self.ctx, conn)

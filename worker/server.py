@@ -1,7 +1,9 @@
 """Search serving: threads that BRPOP search jobs and LPUSH replies (no Celery hop).
 
-Every worker process runs ``search_threads`` of them against its own projections, so any
-worker answers any namespace and adding workers adds search capacity.
+Every worker process runs ``search_threads`` of them against its own projections. They wait on
+the lists of the shards their process drains, of the shards no live search server drains, of
+shards with a backlog, and on the shared list (worker/routing.py): a namespace's searches go to
+the process whose projections of it are current, and adding workers adds search capacity.
 """
 
 from __future__ import annotations
@@ -9,6 +11,7 @@ from __future__ import annotations
 import logging
 import threading
 import time
+from collections.abc import Callable
 
 from redis import Redis
 from redis.exceptions import ConnectionError as RedisConnectionError
@@ -20,6 +23,7 @@ from producer.protocol import Reply, SearchJob, pack, unpack
 from worker import search
 from worker.bulk import BulkPipeline
 from worker.context import WorkerContext
+from worker.routing import REFRESH_S, Heartbeat, Routes
 from worker.signing import SignatureRejected, check_signature
 
 log = logging.getLogger(__name__)
@@ -27,9 +31,10 @@ log = logging.getLogger(__name__)
 POLL_S = 1.0  #: BRPOP timeout, so that stop() is noticed within a second
 
 
-def serve_once(ctx: WorkerContext, conn: Redis, timeout_s: float = POLL_S) -> bool:
-    """Take one search job (waiting up to ``timeout_s``) and reply; False when none came."""
-    got = conn.brpop([ctx.keys.search_queue()], timeout=timeout_s)
+def serve_once(ctx: WorkerContext, conn: Redis, lists: list[str], timeout_s: float) -> bool:
+    """Take one search job from ``lists`` (waiting up to ``timeout_s``) and reply; False when
+    none came."""
+    got = conn.brpop(lists, timeout=timeout_s)
     if got is None:
         return False
     try:
@@ -58,9 +63,11 @@ def serve_once(ctx: WorkerContext, conn: Redis, timeout_s: float = POLL_S) -> bo
 
 
 class SearchServer:
-    """``threads`` daemon threads serving search jobs until ``stop()``."""
+    """``threads`` daemon threads serving search jobs until ``stop()``, and the heartbeat that
+    tells other processes this one serves the searches of the shards it drains."""
 
     name = "search"  #: thread names are zq-<name>-<i>
+    beats = True  #: whether the process announces itself as a searcher (worker/routing.py)
 
     def __init__(self, ctx: WorkerContext, threads: int = 1) -> None:
         self.ctx = ctx
@@ -69,8 +76,11 @@ class SearchServer:
             threading.Thread(target=self._run, name=f"zq-{self.name}-{i}", daemon=True)
             for i in range(threads)
         ]
+        self._heartbeat = Heartbeat(ctx) if self.beats else None
 
     def start(self) -> SearchServer:
+        if self._heartbeat is not None:
+            self._heartbeat.start()
         for t in self._threads:
             t.start()
         return self
@@ -79,6 +89,8 @@ class SearchServer:
         self._stop.set()
         for t in self._threads:
             t.join(timeout_s)
+        if self._heartbeat is not None:
+            self._heartbeat.stop(timeout_s)
 
     def _run(self) -> None:
         s = self.ctx.settings
@@ -87,10 +99,10 @@ class SearchServer:
             socket_timeout=POLL_S + s.socket_timeout_s,
             **redis_kwargs(s),
         )
-        backoff = 0.1
+        serve, backoff = self.server(conn), 0.1
         while not self._stop.is_set():
             try:
-                self.serve(conn)
+                serve()
                 backoff = 0.1
             except (RedisConnectionError, RedisTimeoutError) as exc:
                 log.warning("%s server lost Redis (%s); retrying in %.1fs", self.name, exc, backoff)
@@ -98,5 +110,7 @@ class SearchServer:
                 backoff = min(backoff * 2, 5.0)
         conn.close()
 
-    def serve(self, conn: Redis) -> None:
-        serve_once(self.ctx, conn)
+    def server(self, conn: Redis) -> Callable[[], bool]:
+        """What one thread calls in its loop: serve one job (or wait for one) over ``conn``."""
+        routes = Routes(self.ctx)
+        return lambda: serve_once(self.ctx, conn, routes.lists(conn), REFRESH_S)

@@ -38,6 +38,7 @@ def tenant_acl(prefix: str, ns: str) -> list[str]:
         f"%R~{prefix}:{{{ns}}}:*",
         f"%RW~{prefix}:{{s*}}:inbox",
         f"%W~{prefix}:search",
+        f"%W~{prefix}:{{s*}}:search",
         f"%W~{prefix}:organise",
         f"%RW~{prefix}:reply:*",
     ]

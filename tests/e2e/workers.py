@@ -64,6 +64,31 @@ def signal_group(proc: subprocess.Popen[bytes], signum: int) -> None:
         pass  # the whole group is gone already
 
 
+def group_members(pgid: int) -> list[int]:
+    """The live (not zombie) processes of process group ``pgid``."""
+    members = []
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry}/stat") as f:
+                stat = f.read()
+        except OSError:
+            continue  # exited meanwhile
+        state, _ppid, pgrp = stat.rsplit(")", 1)[1].split()[:3]
+        if int(pgrp) == pgid and state != "Z":
+            members.append(int(entry))
+    return members
+
+
+def kill_group(proc: subprocess.Popen[bytes]) -> None:
+    """SIGKILL the whole group and return once every member is dead (its sockets closed): the
+    main process is reaped by ``wait``, its pool child may outlive that by a moment."""
+    signal_group(proc, signal.SIGKILL)
+    proc.wait()
+    wait_until(lambda: not group_members(proc.pid), 10)
+
+
 def stop(proc: subprocess.Popen[bytes]) -> None:
     """Warm shutdown (SIGTERM), then SIGKILL of the whole group, so that no pool child outlives
     the test and takes later tests' tasks."""

@@ -31,12 +31,14 @@ SHARD_KEYS: list[Callable[[Keys, int], str]] = [
     Keys.lease,
     Keys.kicked,
     Keys.drainer,
+    Keys.shard_search,
 ]
 GLOBAL_KEYS: list[Callable[[Keys], str]] = [
     Keys.search_queue,
     lambda k: k.reply("job1"),
     Keys.dead,
     Keys.namespaces,
+    lambda k: k.searcher("host-1-ab12cd"),
     lambda k: k.vcache("hash-v1-d256", "ab" * 32),
 ]
 
@@ -158,3 +160,10 @@ def test_two_prefixes_share_no_key() -> None:
 def test_the_default_prefix_is_zq() -> None:
     assert Keys().prefix == "zq"
     assert Keys().search_queue() == "zq:search"
+
+
+def test_one_namespace_searches_on_its_shard_list_several_on_the_shared_one() -> None:
+    keys = Keys("zq", 8)
+
+    assert keys.search_queue_of(["acme"]) == keys.shard_search(keys.shard_of("acme"))
+    assert keys.search_queue_of(["acme", "globex"]) == "zq:search"

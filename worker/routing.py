@@ -1,0 +1,109 @@
+"""Search affinity: which search lists a worker process's search threads serve.
+
+A producer queues a search over one namespace on its shard's list (``P:{sN}:search``) and one
+over several namespaces on the shared list (``P:search``). A search thread serves:
+
+- the shards its process drains (the shard's ``drainer`` key names the process): its
+  projections of their namespaces are current, so no other process has to open them or catch
+  them up on every note the drainer organises;
+- the shards whose drainer serves no searches or has gone (no live ``P:searcher:<consumer>``
+  key: a search server renews its own every HEARTBEAT_S and deletes it when it stops), and
+  those nobody has drained yet;
+- the shards whose list holds HELP_AT or more searches (their drainer falls behind, so others
+  help: a hot namespace is not served by one process alone);
+- the shared list.
+
+Each thread re-reads that every REFRESH_S and turns the order of its lists at every wait, so a
+busy list does not starve the others. When a drainer dies, its shards' searches wait at most
+LIVE_S + REFRESH_S before other processes take them.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from contextlib import suppress
+
+from redis import Redis
+from redis.exceptions import ConnectionError as RedisConnectionError
+from redis.exceptions import TimeoutError as RedisTimeoutError
+
+from worker.context import WorkerContext
+
+REFRESH_S = 0.5  #: how often a search thread re-reads which lists it serves
+HEARTBEAT_S = 0.5  #: how often a search server renews its searcher key
+LIVE_S = 3.0  #: the searcher key's TTL: a process silent this long counts as gone
+HELP_AT = 4  #: searches waiting on a shard's list from which every search thread serves it
+
+
+class Routes:
+    """The lists one search thread waits on, refreshed every REFRESH_S."""
+
+    def __init__(self, ctx: WorkerContext) -> None:
+        self.ctx = ctx
+        self._lists = [ctx.keys.search_queue()]
+        self._due = 0.0
+        self._turn = 0
+
+    def lists(self, conn: Redis) -> list[str]:
+        """The lists to wait on now, starting one further along than last time."""
+        now = time.monotonic()
+        if now >= self._due:
+            self._lists = served(self.ctx, conn)
+            self._due = now + REFRESH_S
+        self._turn = (self._turn + 1) % len(self._lists)
+        return self._lists[self._turn :] + self._lists[: self._turn]
+
+
+def served(ctx: WorkerContext, conn: Redis) -> list[str]:
+    """The shard lists this process serves (see the module docstring), then the shared list."""
+    keys, me = ctx.keys, ctx.consumer
+    shards = range(keys.shard_count)
+    pipe = conn.pipeline(transaction=False)
+    for shard in shards:
+        pipe.get(keys.drainer(shard))
+    for shard in shards:
+        pipe.llen(keys.shard_search(shard))
+    replies = pipe.execute()
+    drainers = [raw.decode() if raw else None for raw in replies[: len(shards)]]
+    waiting = replies[len(shards) :]
+    others = sorted({d for d in drainers if d is not None and d != me})
+    live = {me}
+    if others:
+        pipe = conn.pipeline(transaction=False)
+        for other in others:
+            pipe.exists(keys.searcher(other))
+        live |= {other for other, up in zip(others, pipe.execute(), strict=True) if up}
+    return [
+        keys.shard_search(shard)
+        for shard, drainer, queued in zip(shards, drainers, waiting, strict=True)
+        if drainer == me or drainer not in live or queued >= HELP_AT
+    ] + [keys.search_queue()]
+
+
+class Heartbeat:
+    """A daemon thread that keeps this process's searcher key alive until ``stop()``, which
+    deletes it so that other processes serve its shards from their next refresh on."""
+
+    def __init__(self, ctx: WorkerContext) -> None:
+        self.ctx = ctx
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="zq-search-beat", daemon=True)
+
+    def start(self) -> Heartbeat:
+        self._thread.start()
+        return self
+
+    def stop(self, timeout_s: float = 5.0) -> None:
+        self._stop.set()
+        self._thread.join(timeout_s)
+        with suppress(RedisConnectionError, RedisTimeoutError):
+            self.ctx.redis.delete(self.ctx.keys.searcher(self.ctx.consumer))
+
+    def _run(self) -> None:
+        key, ttl_ms = self.ctx.keys.searcher(self.ctx.consumer), int(LIVE_S * 1000)
+        while True:
+            with suppress(RedisConnectionError, RedisTimeoutError):  # the key lapses meanwhile
+                self.ctx.redis.set(key, 1, px=ttl_ms)
+            if self._stop.wait(HEARTBEAT_S):
+                return
