@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 import gc
+import logging
 import os
 import socket
 import threading
+from collections import OrderedDict
 from dataclasses import dataclass, field
 
 from redis import Redis
@@ -16,6 +18,8 @@ from worker.embedding import Embedder
 from worker.model_embedding import build_embedder
 from worker.projection import Projection, open_projection
 from worker.settings import WorkerSettings
+
+log = logging.getLogger(__name__)
 
 #: Python's youngest GC generation is collected once this many more container objects were
 #: allocated than freed (Python's default is 700). A batch allocates hundreds of thousands of
@@ -34,7 +38,8 @@ class WorkerContext:
     keys: Keys
     embedder: Embedder
     consumer: str
-    projections: dict[str, Projection] = field(default_factory=dict)
+    #: namespace -> projection, least recently used first
+    projections: OrderedDict[str, Projection] = field(default_factory=OrderedDict)
     #: namespace -> change-log position of the projection this process last snapshotted
     snapshots: dict[str, str] = field(default_factory=dict)
     _lock: threading.Lock = field(default_factory=threading.Lock)
@@ -56,14 +61,36 @@ class WorkerContext:
         )
 
     def projection(self, ns: str) -> Projection:
-        """This process's projection of ``ns``, opened on first use (not yet caught up)."""
+        """This process's projection of ``ns``, opened on first use (not yet caught up). Opening
+        one drops the least recently used others while the projections hold more than
+        ``max_projection_notes`` notes; a dropped one is reopened (from its snapshot, or rebuilt
+        from Redis) when next needed, and whoever still uses it finishes with it."""
         with self._lock:
             proj = self.projections.get(ns)
-        if proj is not None:
-            return proj
+            if proj is not None:
+                self.projections.move_to_end(ns)
+                return proj
         opened = open_projection(self, ns)
         with self._lock:
-            return self.projections.setdefault(ns, opened)
+            proj = self.projections.setdefault(ns, opened)
+            self.projections.move_to_end(ns)
+            self._shed(keep=ns)
+            return proj
+
+    def held_projections(self) -> dict[str, Projection]:
+        """The projections this process holds now, by namespace."""
+        with self._lock:
+            return dict(self.projections)
+
+    def _shed(self, keep: str) -> None:
+        """Drop least recently used projections (never ``keep``) until the notes held fit
+        ``max_projection_notes`` (caller holds the lock)."""
+        held = sum(len(p.ids) for p in self.projections.values())
+        for ns in [n for n in self.projections if n != keep]:
+            if held <= self.settings.max_projection_notes:
+                return
+            held -= len(self.projections.pop(ns).ids)
+            log.info("dropped the projection of ns=%s (least recently used)", ns)
 
     def close(self) -> None:
         self.redis.close()

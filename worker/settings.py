@@ -71,6 +71,9 @@ class WorkerSettings(ProducerSettings):
     hnsw_ef_search: int = Field(default=64, ge=8, le=2_000)
     #: Where workers keep FAISS snapshots (per host; a lost directory is rebuilt from Redis).
     index_dir: Path = Path("var/index")
+    #: Notes a worker process keeps in its projections (FAISS + BM25, ~4-5 KB per note at 256
+    #: dimensions) over all namespaces; opening one more drops the least recently used.
+    max_projection_notes: int = Field(default=1_000_000, ge=1)
     #: Eviction: active notes kept per namespace (0 = no cap).
     max_notes: int = Field(default=100_000, ge=0)
     #: Recency half-life used by ranking and eviction.

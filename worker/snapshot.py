@@ -18,13 +18,14 @@ log = logging.getLogger(__name__)
 
 
 def snapshot_all(ctx: WorkerContext) -> int:
-    """Catch up and save the projections of the namespaces changed since this process last
+    """Catch up and save this process's projections of the namespaces changed since it last
     saved them; return how many were saved."""
     at, started = time.time(), time.perf_counter()
-    due = _due(ctx)
+    held = ctx.held_projections()
+    due = _due(ctx, list(held))
     picked = due[: ctx.settings.periodic_max_namespaces]
     for ns in picked:
-        proj = ctx.projection(ns)
+        proj = held[ns]
         with proj.lock:
             catch_up(ctx, proj)
             save_snapshot(ctx, proj)
@@ -43,9 +44,12 @@ def snapshot_all(ctx: WorkerContext) -> int:
     return len(picked)
 
 
-def _due(ctx: WorkerContext) -> list[str]:
-    """Namespaces whose change log moved since this process saved them, never-saved first."""
-    names = sorted(m.decode() for m in ctx.redis.smembers(ctx.keys.namespaces()))
+def _due(ctx: WorkerContext, held: list[str]) -> list[str]:
+    """Of the namespaces ``held`` (this process has their projections), those whose change log
+    moved since this process saved them, never-saved first. A namespace it does not hold is not
+    opened: a snapshot is a restart cache for the processes that serve the namespace, and
+    opening every namespace would make the process that runs this task hold them all."""
+    names = sorted(held)
     pipe = ctx.redis.pipeline(transaction=False)
     for ns in names:
         pipe.xrevrange(ctx.keys.changes(ns), count=1)

@@ -187,3 +187,13 @@ def test_snapshots_save_only_the_namespaces_that_moved(pctx):
     seed(pctx, "y")
     assert snapshot_all(pctx) == 1
     assert last_run(pctx, "snapshot").namespaces == 1
+
+
+def test_a_snapshot_run_saves_only_projections_the_process_holds(pctx):
+    seed(pctx, "x")
+    other = WorkerContext.build(pctx.settings)  # a process that never served "x"
+    try:
+        assert snapshot_all(other) == 0
+        assert other.held_projections() == {}
+    finally:
+        other.close()
