@@ -65,7 +65,8 @@ class DeleteJob(_Wire):
 
 
 class SearchJob(_Wire):
-    """A request any worker serves: ``search``, ``context`` or ``flush`` (wait until organised)."""
+    """A request a search thread serves: ``search``, ``context`` or ``flush`` (wait until
+    organised); queued where ``Keys.search_queue_of`` says (worker/routing.py)."""
 
     job_id: str
     kind: Literal["search", "context", "flush"] = "search"
