@@ -7,6 +7,8 @@ from __future__ import annotations
 from collections.abc import Iterator
 from contextlib import contextmanager
 
+import pytest
+
 from producer import MemoryClient
 from tests.conftest import drain_all
 from tests.e2e.workers import wait_until
@@ -42,53 +44,56 @@ def serving(ctx: WorkerContext) -> Iterator[SearchServer]:
         server.stop()
 
 
+@pytest.fixture
+def pair(settings: WorkerSettings, client: MemoryClient) -> Iterator[tuple[WorkerContext, ...]]:
+    """Two worker processes, a and b; a has organised the namespace "billing" (so it drains
+    its shard)."""
+    client.store_many(NOTES, namespace="billing")
+    with process(settings) as a, process(settings) as b:
+        drain_all(a)
+        yield a, b
+
+
 def _searches(client: MemoryClient, ns: str, times: int = 10) -> None:
     for _ in range(times):
         assert client.search("card payments", namespace=ns, fresh=False, k=2)
 
 
 def test_the_drainer_answers_its_namespaces_searches_and_no_other_process_opens_it(
-    settings: WorkerSettings, client: MemoryClient
+    pair: tuple[WorkerContext, ...], client: MemoryClient
 ) -> None:
-    client.store_many(NOTES, namespace="billing")
-    with process(settings) as a, process(settings) as b:
-        drain_all(a)
-        shard = a.keys.shard_of("billing")
-        assert a.redis.get(a.keys.drainer(shard)) == a.consumer.encode()
-        with serving(a), serving(b):
-            _searches(client, "billing")
-        assert "billing" in a.projections
-        assert "billing" not in b.projections
+    a, b = pair
+    assert a.redis.get(a.keys.drainer(a.keys.shard_of("billing"))) == a.consumer.encode()
+    with serving(a), serving(b):
+        _searches(client, "billing")
+    assert "billing" in a.projections
+    assert "billing" not in b.projections
 
 
 def test_a_stopped_drainers_namespaces_are_served_by_another_process(
-    settings: WorkerSettings, client: MemoryClient
+    pair: tuple[WorkerContext, ...], client: MemoryClient
 ) -> None:
-    client.store_many(NOTES, namespace="billing")
-    with process(settings) as a, process(settings) as b:
-        drain_all(a)
-        with serving(b):
-            with serving(a):
-                _searches(client, "billing", 3)
-            assert not a.redis.exists(a.keys.searcher(a.consumer))  # deleted on stop
-            _searches(client, "billing", 3)  # b takes the shard within a refresh
-        assert "billing" in b.projections
+    a, b = pair
+    with serving(b):
+        with serving(a):
+            _searches(client, "billing", 3)
+        assert not a.redis.exists(a.keys.searcher(a.consumer))  # deleted on stop
+        _searches(client, "billing", 3)  # b takes the shard within a refresh
+    assert "billing" in b.projections
 
 
 def test_a_dead_drainers_namespaces_are_served_once_its_searcher_key_lapses(
-    settings: WorkerSettings, client: MemoryClient
+    pair: tuple[WorkerContext, ...], client: MemoryClient
 ) -> None:
-    client.store_many(NOTES, namespace="billing")
-    with process(settings) as a, process(settings) as b:
-        drain_all(a)
-        # a's process was killed while serving: its key outlives it by at most LIVE_S
-        a.redis.set(a.keys.searcher(a.consumer), 1, px=int(routing.LIVE_S * 1000))
-        shard_list = a.keys.shard_search(a.keys.shard_of("billing"))
-        assert shard_list not in routing.served(b, b.redis)
-        with serving(b):
-            hits = client.search("card payments", namespace="billing", fresh=False, timeout_s=8)
-        assert hits
-        assert not a.redis.exists(a.keys.searcher(a.consumer))
+    a, b = pair
+    # a's process was killed while serving: its key outlives it by at most LIVE_S
+    a.redis.set(a.keys.searcher(a.consumer), 1, px=int(routing.LIVE_S * 1000))
+    shard_list = a.keys.shard_search(a.keys.shard_of("billing"))
+    assert shard_list not in routing.served(b, b.redis)
+    with serving(b):
+        hits = client.search("card payments", namespace="billing", fresh=False, timeout_s=8)
+    assert hits
+    assert not a.redis.exists(a.keys.searcher(a.consumer))
 
 
 def test_other_processes_help_a_drainer_whose_list_backs_up(ctx: WorkerContext) -> None:
