@@ -1,6 +1,7 @@
 """The ``zettelq`` command: run workers, beat and a dev stack; store, search and inspect.
 
-zettelq dev                 embedded Redis (when none answers) + worker + beat; Ctrl-C stops all
+zettelq dev                 embedded Redis (when none answers; data in var/redis) + worker + beat;
+                            Ctrl-C stops all
 zettelq worker [ARGS]       a Celery worker on the zettelq queues (ARGS go to celery)
 zettelq searcher            a search-only process (no Celery): serves searches until stopped
 zettelq beat [ARGS]         the beat scheduler (one leader at a time; standbys wait)
@@ -52,7 +53,15 @@ def main(argv: Sequence[str] | None = None) -> int:
 def _parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="zettelq", description=__doc__.split("\n\n")[0])
     sub = p.add_subparsers(dest="command", required=True)
-    sub.add_parser("dev", help="embedded Redis + worker + beat, stopped together on Ctrl-C")
+    dev = sub.add_parser("dev", help="embedded Redis + worker + beat, stopped together on Ctrl-C")
+    dev.add_argument(
+        "--data-dir",
+        default="var/redis",
+        help="where the embedded Redis keeps its data (AOF) across restarts (default: %(default)s)",
+    )
+    dev.add_argument(
+        "--ephemeral", action="store_true", help="the embedded Redis keeps nothing on disk"
+    )
     sub.add_parser("worker", help="run a Celery worker (extra arguments go to celery)")
     sub.add_parser("beat", help="run the beat scheduler (one leader; others stand by)")
     sub.add_parser("searcher", help="serve searches only (no Celery), until SIGTERM or Ctrl-C")
@@ -157,7 +166,10 @@ def stop(procs: Sequence[subprocess.Popen[bytes]], timeout_s: float = 15.0) -> N
 def _dev(settings: WorkerSettings, args: argparse.Namespace, rest: list[str]) -> int:
     from worker.devserver import ensure_redis
 
-    embedded = ensure_redis(settings.redis_url)
+    embedded = ensure_redis(settings.redis_url, None if args.ephemeral else args.data_dir)
+    if embedded is not None:
+        kept = "nothing on disk" if args.ephemeral else f"its data in {args.data_dir}"
+        log.info("started an embedded Redis at %s; it keeps %s", embedded.url, kept)
     procs = [spawn("worker", "--loglevel=INFO"), spawn("beat", "--loglevel=INFO")]
     try:
         while all(p.poll() is None for p in procs):

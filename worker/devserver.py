@@ -242,10 +242,12 @@ class EmbeddedRedis:
         return "\n".join(lines[-LOG_TAIL_LINES:])
 
 
-def ensure_redis(url: str) -> EmbeddedRedis | None:
+def ensure_redis(url: str, data_dir: str | None = None) -> EmbeddedRedis | None:
     """Start an EmbeddedRedis on url's port unless a Redis already answers there (then None).
 
     Only loopback hosts get one; for any other host an unreachable Redis is a RuntimeError.
+    With ``data_dir`` it keeps its data there with AOF (as deploy/redis.conf), so the next start
+    on the same directory has it back; without, it keeps nothing.
     """
     if redis_reachable(url):
         return None
@@ -257,7 +259,15 @@ def ensure_redis(url: str) -> EmbeddedRedis | None:
         )
     host = "::1" if parts.hostname == "::1" else "127.0.0.1"  # localhost reaches 127.0.0.1
     password = unquote(parts.password) if parts.password else None
-    return EmbeddedRedis(port=parts.port or 6379, host=host, requirepass=password).start()
+    if data_dir is not None:
+        Path(data_dir).mkdir(parents=True, exist_ok=True)
+    return EmbeddedRedis(
+        port=parts.port or 6379,
+        host=host,
+        requirepass=password,
+        appendonly=data_dir is not None,
+        data_dir=data_dir,
+    ).start()
 
 
 def _in_terminal_foreground() -> bool:
