@@ -30,6 +30,7 @@ from worker.organiser import OrganiseServer
 from worker.schedule import build_beat_schedule
 from worker.server import SearchServer
 from worker.settings import WorkerSettings
+from worker.snapshot import Snapshotter
 
 log = logging.getLogger(__name__)
 
@@ -72,6 +73,7 @@ def _start_servers() -> None:
     if settings.serve_search:
         _state["server"] = SearchServer(get_context(), settings.search_threads).start()
     _state["organiser"] = OrganiseServer(get_context()).start()
+    _state["snapshotter"] = Snapshotter(get_context()).start()
 
 
 @signals.worker_process_init.connect
@@ -95,6 +97,6 @@ def _on_worker_ready(sender: Any = None, **_: object) -> None:
 
 @signals.worker_shutdown.connect
 def _on_shutdown(**_: object) -> None:
-    for name in ("dispatcher", "server", "organiser"):
+    for name in ("dispatcher", "server", "organiser", "snapshotter"):
         if name in _state:
             _state.pop(name).stop()

@@ -123,14 +123,17 @@ def _worker(settings: WorkerSettings, args: argparse.Namespace, rest: list[str])
 def _searcher(settings: WorkerSettings, args: argparse.Namespace, rest: list[str]) -> int:
     from worker.context import WorkerContext
     from worker.server import SearchServer
+    from worker.snapshot import Snapshotter
 
     stopped = threading.Event()
     for signum in (signal.SIGTERM, signal.SIGINT):
         signal.signal(signum, lambda *_: stopped.set())
     ctx = WorkerContext.build(settings)
     server = SearchServer(ctx, settings.search_threads).start()
+    snapshotter = Snapshotter(ctx).start()
     log.info("zettelq searcher ready: threads=%d", settings.search_threads)
     stopped.wait()
+    snapshotter.stop()
     server.stop()
     ctx.close()
     return 0

@@ -8,11 +8,14 @@ projection can be thrown away: the next use rebuilds it.
 
 from __future__ import annotations
 
+import fcntl
 import hashlib
 import logging
 import threading
 import time
 from collections import Counter
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -226,10 +229,26 @@ def _apply_entries(
     proj.position = entries[-1][0].decode()
 
 
+@contextmanager
+def _locked(path: Path, *, shared: bool) -> Iterator[None]:
+    """Hold the snapshot's file lock: its index file and sidecar are two files, each replaced
+    atomically, so processes of one host that hold the same namespace save and load the pair
+    one at a time (an index from one save with the sidecar of another would lose notes)."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with path.with_suffix(".lock").open("a+b") as lock:
+        fcntl.flock(lock, fcntl.LOCK_SH if shared else fcntl.LOCK_EX)
+        yield
+
+
 def save_snapshot(ctx: WorkerContext, proj: Projection) -> Path:
     """Write the projection to ``index_dir`` (atomically) so a restart only catches up."""
     path = snapshot_path(ctx, proj.ns)
-    path.parent.mkdir(parents=True, exist_ok=True)
+    with _locked(path, shared=False):
+        _save(ctx, proj, path)
+    return path
+
+
+def _save(ctx: WorkerContext, proj: Projection, path: Path) -> None:
     proj.index.save(path)
     side = {
         "format": SNAPSHOT_FORMAT,
@@ -243,17 +262,17 @@ def save_snapshot(ctx: WorkerContext, proj: Projection) -> Path:
     tmp = path.with_suffix(".meta.tmp")
     tmp.write_bytes(msgpack.packb(side, use_bin_type=True))
     tmp.replace(path.with_suffix(".meta"))
-    return path
 
 
 def _load_snapshot(ctx: WorkerContext, ns: str) -> Projection | None:
     path = snapshot_path(ctx, ns)
     meta = path.with_suffix(".meta")
-    if not path.exists() or not meta.exists():
-        return None
     try:
-        side = msgpack.unpackb(meta.read_bytes(), raw=False, strict_map_key=False)
-        index = VectorIndex.load(path)
+        with _locked(path, shared=True):
+            if not path.exists() or not meta.exists():
+                return None
+            side = msgpack.unpackb(meta.read_bytes(), raw=False, strict_map_key=False)
+            index = VectorIndex.load(path)
     except (IndexCorrupt, ValueError, OSError, msgpack.UnpackException) as exc:
         log.warning("snapshot of ns=%s unusable (%s); rebuilding from Redis", ns, exc)
         return None

@@ -1,4 +1,5 @@
-"""The beat schedule (pure): one entry per periodic job of worker.periodic.JOBS, plus snapshots.
+"""The beat schedule (pure): one entry per periodic job of worker.periodic.JOBS. (Snapshots are
+not beat's: each process saves its own projections, see worker/snapshot.py.)
 
 Entry ``zq.<job>`` sends task ``zq.periodic`` with the job's name every ``interval_s`` seconds.
 """
@@ -13,7 +14,6 @@ def build_beat_schedule(s: WorkerSettings) -> dict[str, dict[str, object]]:
     entries: dict[str, tuple[str, list[str], float]] = {
         f"zq.{job}": ("zq.periodic", [job], interval_s(s, job)) for job in JOBS
     }
-    entries["zq.snapshot"] = ("zq.snapshot", [], s.snapshot_every_s)
     # expire just before the next run is due, so a stalled worker never piles up duplicates
     return {
         name: {"task": task, "args": args, "schedule": every, "options": {"expires": 0.9 * every}}

@@ -1,14 +1,20 @@
 """Periodic FAISS snapshots so a restarted worker loads its index and only catches up.
 
-Incremental: a namespace is saved again only once its change log moved past the position this
-process last saved it at; bounded by ``periodic_max_namespaces`` per run (namespaces this
-process never saved first). The run is recorded like the periodic jobs' (``Keys.runs``).
+Every process that holds projections (worker pool processes, searchers) saves its own from a
+``Snapshotter`` thread every ``snapshot_every_s``. Incremental: a namespace is saved again only
+once its change log moved past the position this process last saved it at; bounded by
+``periodic_max_namespaces`` per run (namespaces this process never saved first). The run is
+recorded like the periodic jobs' (``Keys.runs``).
 """
 
 from __future__ import annotations
 
 import logging
+import threading
 import time
+
+from redis.exceptions import ConnectionError as RedisConnectionError
+from redis.exceptions import TimeoutError as RedisTimeoutError
 
 from worker.context import WorkerContext
 from worker.periodic import PeriodicRun, record_run
@@ -56,3 +62,28 @@ def _due(ctx: WorkerContext, held: list[str]) -> list[str]:
     tails = [t[0][0].decode() if t else "0-0" for t in pipe.execute()]
     due = [ns for ns, tail in zip(names, tails, strict=True) if ctx.snapshots.get(ns) != tail]
     return sorted(due, key=lambda ns: (ns in ctx.snapshots, ns))
+
+
+class Snapshotter:
+    """A daemon thread that runs ``snapshot_all`` for this process every ``snapshot_every_s``
+    until ``stop()``. A run that fails (Redis away, disk full) is logged; the next one retries."""
+
+    def __init__(self, ctx: WorkerContext) -> None:
+        self.ctx = ctx
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="zq-snapshot", daemon=True)
+
+    def start(self) -> Snapshotter:
+        self._thread.start()
+        return self
+
+    def stop(self, timeout_s: float = 5.0) -> None:
+        self._stop.set()
+        self._thread.join(timeout_s)
+
+    def _run(self) -> None:
+        while not self._stop.wait(self.ctx.settings.snapshot_every_s):
+            try:
+                snapshot_all(self.ctx)
+            except (RedisConnectionError, RedisTimeoutError, OSError) as exc:
+                log.warning("snapshot run failed (%s); retrying at the next interval", exc)

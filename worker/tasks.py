@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from worker import drain as drain_stage
-from worker import periodic, reembed, snapshot
+from worker import periodic, reembed
 from worker.celery_app import INGEST_QUEUE, MAINT_QUEUE, app, get_context
 from worker.periodic import TRANSIENT
 
@@ -30,18 +30,6 @@ def drain(shard: int) -> int:
 def run_periodic(job: str) -> int:
     """Run the periodic job ``job`` over the namespaces due for it (see worker.periodic)."""
     return periodic.run_periodic(get_context(), job)
-
-
-@app.task(
-    name="zq.snapshot",
-    autoretry_for=TRANSIENT,
-    retry_backoff=True,
-    retry_backoff_max=30,
-    max_retries=10,
-)
-def snapshot_indexes() -> int:
-    """Save this process's FAISS projections that moved since their last snapshot."""
-    return snapshot.snapshot_all(get_context())
 
 
 @app.task(

@@ -9,11 +9,13 @@ import pytest
 
 from producer import MemoryClient
 from tests.conftest import drain_all, make_settings
+from tests.e2e.workers import wait_until
 from tests.integration.test_consolidation import OTHER, SOLAR
 from worker.context import WorkerContext
 from worker.organiser import OrganiseServer
 from worker.periodic import PeriodicRun, last_runs, run_periodic
-from worker.snapshot import snapshot_all
+from worker.projection import snapshot_path
+from worker.snapshot import Snapshotter, snapshot_all
 
 
 def build(tmp_path, **overrides) -> WorkerContext:
@@ -197,3 +199,19 @@ def test_a_snapshot_run_saves_only_projections_the_process_holds(pctx):
         assert other.held_projections() == {}
     finally:
         other.close()
+
+
+def test_a_process_saves_its_projections_on_its_own_interval(tmp_path):
+    ctx = build(tmp_path, snapshot_every_s=0.1)
+    try:
+        seed(ctx, "x")
+        path = snapshot_path(ctx, "x")
+        assert not path.exists()
+        snapshotter = Snapshotter(ctx).start()
+        try:
+            wait_until(path.exists, 10)
+        finally:
+            snapshotter.stop()
+        assert last_run(ctx, "snapshot").work == 1
+    finally:
+        ctx.close()

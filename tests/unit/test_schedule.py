@@ -8,34 +8,26 @@ from worker.schedule import build_beat_schedule
 from worker.settings import WorkerSettings
 
 
-def test_every_registered_job_and_snapshots_are_scheduled() -> None:
+def test_every_registered_job_is_scheduled_and_nothing_else() -> None:
     schedule = build_beat_schedule(WorkerSettings())
 
-    assert set(schedule) == {f"zq.{job}" for job in JOBS} | {"zq.snapshot"}
+    assert set(schedule) == {f"zq.{job}" for job in JOBS}  # snapshots are per process
     for job in JOBS:
         assert schedule[f"zq.{job}"]["task"] == "zq.periodic"
         assert schedule[f"zq.{job}"]["args"] == [job]
-    assert schedule["zq.snapshot"]["task"] == "zq.snapshot"
-    assert schedule["zq.snapshot"]["args"] == []
 
 
-def test_the_schedule_runs_eviction_and_snapshots_at_their_intervals() -> None:
-    schedule = build_beat_schedule(WorkerSettings(evict_every_s=120.0, snapshot_every_s=900.0))
+def test_the_schedule_runs_eviction_at_its_interval() -> None:
+    schedule = build_beat_schedule(WorkerSettings(evict_every_s=120.0))
 
     assert schedule["zq.evict"]["schedule"] == 120.0
-    assert schedule["zq.snapshot"]["schedule"] == 900.0
 
 
-@pytest.mark.parametrize(("evict_s", "snapshot_s"), [(300.0, 600.0), (10.0, 1.5)])
-def test_each_task_expires_at_nine_tenths_of_its_interval(
-    evict_s: float, snapshot_s: float
-) -> None:
-    schedule = build_beat_schedule(
-        WorkerSettings(evict_every_s=evict_s, snapshot_every_s=snapshot_s)
-    )
+@pytest.mark.parametrize("evict_s", [300.0, 10.0])
+def test_each_task_expires_at_nine_tenths_of_its_interval(evict_s: float) -> None:
+    schedule = build_beat_schedule(WorkerSettings(evict_every_s=evict_s))
 
     assert schedule["zq.evict"]["options"] == {"expires": pytest.approx(0.9 * evict_s)}
-    assert schedule["zq.snapshot"]["options"] == {"expires": pytest.approx(0.9 * snapshot_s)}
 
 
 def test_importance_and_consolidation_run_at_their_intervals() -> None:
