@@ -77,14 +77,19 @@ class WorkerContext:
             self._shed(keep=ns)
             return proj
 
+    def shed(self, keep: str) -> None:
+        """Drop least recently used projections (never ``keep``'s) until the notes they hold fit
+        ``max_projection_notes`` again: called after a batch grew ``keep``'s projection."""
+        with self._lock:
+            self._shed(keep)
+
     def held_projections(self) -> dict[str, Projection]:
         """The projections this process holds now, by namespace."""
         with self._lock:
             return dict(self.projections)
 
     def _shed(self, keep: str) -> None:
-        """Drop least recently used projections (never ``keep``) until the notes held fit
-        ``max_projection_notes`` (caller holds the lock)."""
+        """``shed`` with the lock held."""
         held = sum(len(p.ids) for p in self.projections.values())
         for ns in [n for n in self.projections if n != keep]:
             if held <= self.settings.max_projection_notes:

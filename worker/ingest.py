@@ -76,6 +76,8 @@ def handle_jobs(ctx: WorkerContext, ns: str, entries: Sequence[Entry]) -> None:
             pipe.hset(ctx.keys.stats(ns), mapping=index_stats)
             pipe.sadd(ctx.keys.namespaces(), ns)
         lease.release(pipe)
+    if index_stats:
+        ctx.shed(keep=ns)
 
 
 def _read_taking(

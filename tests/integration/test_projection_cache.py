@@ -72,3 +72,18 @@ def test_a_namespace_larger_than_the_bound_is_still_kept_while_used(
         assert len(_ask(ctx, "big")) == 3
     finally:
         ctx.close()
+
+
+def test_a_batch_that_grows_a_projection_past_the_bound_drops_the_others(
+    small: WorkerContext,
+) -> None:
+    _ask(small, "a")
+    _ask(small, "b")
+    assert list(small.held_projections()) == ["a", "b"]
+    with MemoryClient(small.settings) as mem:
+        more = ["The depot gate opens at six.", "Depot parking is free.", "The depot has a cafe."]
+        mem.store_many(more, namespace="b")
+    drain_all(small)
+
+    assert list(small.held_projections()) == ["b"]
+    assert len(small.projections["b"].ids) == 6
