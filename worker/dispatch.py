@@ -13,7 +13,6 @@ that worker's current projection) for as long as the shards outnumber the worker
 from __future__ import annotations
 
 import logging
-import threading
 import time
 from collections.abc import Callable
 
@@ -23,6 +22,7 @@ from redis.exceptions import TimeoutError as RedisTimeoutError
 
 from producer.core import redis_kwargs
 from producer.keys import Keys
+from worker.daemon import Daemon
 from worker.settings import WorkerSettings
 
 log = logging.getLogger(__name__)
@@ -62,23 +62,16 @@ def sweep(r: Redis, keys: Keys, ttl_s: float, send: Callable[[int], None]) -> li
     ]
 
 
-class Dispatcher:
+class Dispatcher(Daemon):
     """A daemon thread: wake on new inbox entries, kick their shards, sweep periodically."""
 
+    thread_name = "zq-dispatch"
+
     def __init__(self, settings: WorkerSettings, send: Callable[[int], None]) -> None:
+        super().__init__()
         self.settings = settings
         self.keys = Keys(settings.key_prefix, settings.shard_count)
         self.send = send
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._run, name="zq-dispatch", daemon=True)
-
-    def start(self) -> Dispatcher:
-        self._thread.start()
-        return self
-
-    def stop(self, timeout_s: float = 5.0) -> None:
-        self._stop.set()
-        self._thread.join(timeout_s)
 
     def _run(self) -> None:
         s = self.settings

@@ -20,7 +20,6 @@ LIVE_S + REFRESH_S before other processes take them.
 
 from __future__ import annotations
 
-import threading
 import time
 from contextlib import suppress
 
@@ -29,6 +28,7 @@ from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 
 from worker.context import WorkerContext
+from worker.daemon import Daemon
 
 REFRESH_S = 0.5  #: how often a search thread re-reads which lists it serves
 HEARTBEAT_S = 0.5  #: how often a search server renews its searcher key
@@ -81,22 +81,18 @@ def served(ctx: WorkerContext, conn: Redis) -> list[str]:
     ] + [keys.search_queue()]
 
 
-class Heartbeat:
+class Heartbeat(Daemon):
     """A daemon thread that keeps this process's searcher key alive until ``stop()``, which
     deletes it so that other processes serve its shards from their next refresh on."""
 
-    def __init__(self, ctx: WorkerContext) -> None:
-        self.ctx = ctx
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._run, name="zq-search-beat", daemon=True)
+    thread_name = "zq-search-beat"
 
-    def start(self) -> Heartbeat:
-        self._thread.start()
-        return self
+    def __init__(self, ctx: WorkerContext) -> None:
+        super().__init__()
+        self.ctx = ctx
 
     def stop(self, timeout_s: float = 5.0) -> None:
-        self._stop.set()
-        self._thread.join(timeout_s)
+        super().stop(timeout_s)
         with suppress(RedisConnectionError, RedisTimeoutError):
             self.ctx.redis.delete(self.ctx.keys.searcher(self.ctx.consumer))
 

@@ -10,13 +10,13 @@ recorded like the periodic jobs' (``Keys.runs``).
 from __future__ import annotations
 
 import logging
-import threading
 import time
 
 from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 
 from worker.context import WorkerContext
+from worker.daemon import Daemon
 from worker.periodic import PeriodicRun, record_run
 from worker.projection import catch_up, save_snapshot
 
@@ -64,22 +64,15 @@ def _due(ctx: WorkerContext, held: list[str]) -> list[str]:
     return sorted(due, key=lambda ns: (ns in ctx.snapshots, ns))
 
 
-class Snapshotter:
+class Snapshotter(Daemon):
     """A daemon thread that runs ``snapshot_all`` for this process every ``snapshot_every_s``
     until ``stop()``. A run that fails (Redis away, disk full) is logged; the next one retries."""
 
+    thread_name = "zq-snapshot"
+
     def __init__(self, ctx: WorkerContext) -> None:
+        super().__init__()
         self.ctx = ctx
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._run, name="zq-snapshot", daemon=True)
-
-    def start(self) -> Snapshotter:
-        self._thread.start()
-        return self
-
-    def stop(self, timeout_s: float = 5.0) -> None:
-        self._stop.set()
-        self._thread.join(timeout_s)
 
     def _run(self) -> None:
         while not self._stop.wait(self.ctx.settings.snapshot_every_s):
