@@ -20,7 +20,7 @@ from producer.protocol import OrganiseJob, Reply, pack, unpack
 from worker import periodic
 from worker.context import WorkerContext
 from worker.freshness import NotFresh
-from worker.server import POLL_S, SearchServer
+from worker.server import POLL_S, JobServer
 from worker.signing import SignatureRejected, check_signature
 
 log = logging.getLogger(__name__)
@@ -69,11 +69,10 @@ def handle(ctx: WorkerContext, job: OrganiseJob, payload: bytes) -> Reply | None
     return Reply(job_id=job.job_id, runs=runs)
 
 
-class OrganiseServer(SearchServer):
+class OrganiseServer(JobServer):
     """A daemon thread serving organise jobs until ``stop()``."""
 
     name = "organise"
-    beats = False
 
     def server(self, conn: Redis) -> Callable[[], bool]:
         return lambda: serve_once(self.ctx, conn)

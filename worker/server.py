@@ -12,6 +12,7 @@ import logging
 import threading
 import time
 from collections.abc import Callable
+from typing import Self
 
 from redis import Redis
 from redis.exceptions import ConnectionError as RedisConnectionError
@@ -62,12 +63,11 @@ def serve_once(ctx: WorkerContext, conn: Redis, lists: list[str], timeout_s: flo
     return True
 
 
-class SearchServer:
-    """``threads`` daemon threads serving search jobs until ``stop()``, and the heartbeat that
-    tells other processes this one serves the searches of the shards it drains."""
+class JobServer:
+    """``threads`` daemon threads, each calling what ``server`` returns over its own Redis
+    connection until ``stop()``; subclasses say what one call serves."""
 
-    name = "search"  #: thread names are zq-<name>-<i>
-    beats = True  #: whether the process announces itself as a searcher (worker/routing.py)
+    name = "jobs"  #: thread names are zq-<name>-<i>
 
     def __init__(self, ctx: WorkerContext, threads: int = 1) -> None:
         self.ctx = ctx
@@ -76,11 +76,8 @@ class SearchServer:
             threading.Thread(target=self._run, name=f"zq-{self.name}-{i}", daemon=True)
             for i in range(threads)
         ]
-        self._heartbeat = Heartbeat(ctx) if self.beats else None
 
-    def start(self) -> SearchServer:
-        if self._heartbeat is not None:
-            self._heartbeat.start()
+    def start(self) -> Self:
         for t in self._threads:
             t.start()
         return self
@@ -89,8 +86,6 @@ class SearchServer:
         self._stop.set()
         for t in self._threads:
             t.join(timeout_s)
-        if self._heartbeat is not None:
-            self._heartbeat.stop(timeout_s)
 
     def _run(self) -> None:
         s = self.ctx.settings
@@ -112,5 +107,27 @@ class SearchServer:
 
     def server(self, conn: Redis) -> Callable[[], bool]:
         """What one thread calls in its loop: serve one job (or wait for one) over ``conn``."""
+        raise NotImplementedError
+
+
+class SearchServer(JobServer):
+    """Search threads, and the heartbeat that tells other processes this one serves the
+    searches of the shards it drains (worker/routing.py)."""
+
+    name = "search"
+
+    def __init__(self, ctx: WorkerContext, threads: int = 1) -> None:
+        super().__init__(ctx, threads)
+        self._heartbeat = Heartbeat(ctx)
+
+    def start(self) -> Self:
+        self._heartbeat.start()
+        return super().start()
+
+    def stop(self, timeout_s: float = 5.0) -> None:
+        super().stop(timeout_s)
+        self._heartbeat.stop(timeout_s)
+
+    def server(self, conn: Redis) -> Callable[[], bool]:
         routes = Routes(self.ctx)
         return lambda: serve_once(self.ctx, conn, routes.lists(conn), REFRESH_S)
