@@ -243,13 +243,6 @@ def _locked(path: Path, *, shared: bool) -> Iterator[None]:
 def save_snapshot(ctx: WorkerContext, proj: Projection) -> Path:
     """Write the projection to ``index_dir`` (atomically) so a restart only catches up."""
     path = snapshot_path(ctx, proj.ns)
-    with _locked(path, shared=False):
-        _save(ctx, proj, path)
-    return path
-
-
-def _save(ctx: WorkerContext, proj: Projection, path: Path) -> None:
-    proj.index.save(path)
     side = {
         "format": SNAPSHOT_FORMAT,
         "ns": proj.ns,
@@ -259,9 +252,13 @@ def _save(ctx: WorkerContext, proj: Projection, path: Path) -> None:
         "keywords": [(s, sorted(k)) for s, k in proj.keywords.items()],
         "terms": list(proj.lexical.docs.items()),
     }
-    tmp = path.with_suffix(".meta.tmp")
-    tmp.write_bytes(msgpack.packb(side, use_bin_type=True))
-    tmp.replace(path.with_suffix(".meta"))
+    packed = msgpack.packb(side, use_bin_type=True)
+    with _locked(path, shared=False):
+        proj.index.save(path)
+        tmp = path.with_suffix(".meta.tmp")
+        tmp.write_bytes(packed)
+        tmp.replace(path.with_suffix(".meta"))
+    return path
 
 
 def _load_snapshot(ctx: WorkerContext, ns: str) -> Projection | None:
