@@ -5,7 +5,7 @@ zettelq dev                 embedded Redis (when none answers; data in var/redis
 zettelq worker [ARGS]       a Celery worker on the zettelq queues (ARGS go to celery)
 zettelq searcher            a search-only process (no Celery): serves searches until stopped
 zettelq beat [ARGS]         the beat scheduler (one leader at a time; standbys wait)
-zettelq demo                store seed memories, search, walk links (starts its own worker)
+zettelq demo                store example memories, search, walk links (starts its own worker)
 zettelq store TEXT          queue a note; prints its id
 zettelq search QUERY        print the best hits
 zettelq get ID | stats | flush
@@ -65,7 +65,7 @@ def _parser() -> argparse.ArgumentParser:
     sub.add_parser("worker", help="run a Celery worker (extra arguments go to celery)")
     sub.add_parser("beat", help="run the beat scheduler (one leader; others stand by)")
     sub.add_parser("searcher", help="serve searches only (no Celery), until SIGTERM or Ctrl-C")
-    sub.add_parser("demo", help="store the seed memories, search them and walk their links")
+    sub.add_parser("demo", help="store example memories, search them and walk their links")
     store = sub.add_parser("store", help="queue one note and print its id")
     store.add_argument("text")
     store.add_argument("--agent")

@@ -1,4 +1,5 @@
-"""Consolidation (seed 001's "sleep"): one insight note per dense cluster of linked notes.
+"""Consolidation: one insight note per dense cluster of linked notes (the "sleep" phase of the
+self-organising Zettelkasten tutorial).
 
 A cluster is a connected group of at least MIN_CLUSTER active notes (insights and superseded
 notes left out) held together by topical links (not STRUCTURAL_REASONS such as "sequence") of

@@ -18,13 +18,13 @@ AUTO_TAGS keywords`` holds in both modes and a stored note's tags can be rebuilt
 keywords. Model words are split and cleaned like the deterministic ones (lowercase single words,
 no stop words), so the shared-keyword evidence of linking means the same in both modes.
 
-Atomisation (seed 001; ``ZQ_ATOMISE=true`` with ``ZQ_CONSTRUCTION=llm``): a note longer than
-``ZQ_ATOMISE_MIN_CHARS`` (and at most ATOMISE_MAX_CHARS, so the model sees all of it) is marked
-in the prompt, and the model may split it into 2 to MAX_ATOMS self-contained facts, each with
-its own keywords, tags and context. The input stays as the source note (kind ``source``, the id
-``store()`` returned); each fact becomes a child note whose id derives from the parent's
-(``atom_id``), so a redelivered or repeated job rewrites the same children instead of adding
-more.
+Atomisation (the atomic facts of the self-organising Zettelkasten tutorial; ``ZQ_ATOMISE=true``
+with ``ZQ_CONSTRUCTION=llm``): a note longer than ``ZQ_ATOMISE_MIN_CHARS`` (and at most
+ATOMISE_MAX_CHARS, so the model sees all of it) is marked in the prompt, and the model may split
+it into 2 to MAX_ATOMS self-contained facts, each with its own keywords, tags and context. The
+input stays as the source note (kind ``source``, the id ``store()`` returned); each fact becomes
+a child note whose id derives from the parent's (``atom_id``), so a redelivered or repeated job
+rewrites the same children instead of adding more.
 """
 
 from __future__ import annotations

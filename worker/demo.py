@@ -1,4 +1,4 @@
-"""``zettelq demo``: an agent stores the seed memories, searches them and walks their links."""
+"""``zettelq demo``: an agent stores example memories, searches them and walks their links."""
 
 from __future__ import annotations
 
@@ -7,7 +7,8 @@ import sys
 from producer import MemoryClient
 from worker.settings import WorkerSettings
 
-#: The example memories of seed 000 (an agent researching a customer's Snowflake setup).
+#: The example memories of the zettelkasten-memory article (an agent researching a customer's
+#: Snowflake setup).
 MEMORIES = [
     "The customer's Snowflake account uses key-pair auth with Azure AD",
     "Snowflake uses AES-256 encryption at rest with hierarchical key model",

@@ -1,7 +1,7 @@
 """Eviction: keep each namespace under ``max_notes`` by tombstoning the lowest-value notes.
 
-survival = importance x (1 + access_count) x recency (seed 000). Evicted notes leave the
-index and their neighbours' links, and each eviction is audited.
+survival = importance x (1 + access_count) x recency (as in zettelkasten-memory). Evicted notes
+leave the index and their neighbours' links, and each eviction is audited.
 """
 
 from __future__ import annotations

@@ -1,5 +1,6 @@
-"""Evolution (A-MEM, without the flaws seed 004 lists): when a new note links to neighbours, the
-neighbours' tags and context may change to reflect it. Off by default (``ZQ_EVOLUTION``).
+"""Evolution (A-MEM, without the flaws the Agent Memory Atlas review of it lists): when a new
+note links to neighbours, the neighbours' tags and context may change to reflect it. Off by
+default (``ZQ_EVOLUTION``).
 
 Triggers. ``evolve_namespace`` reads the namespace's audit stream from where its last run
 stopped (``Keys.evolved``): every create/update entry that made links names a trigger note and

@@ -13,8 +13,8 @@ are counted in the same hash (``llm_calls``, ``llm_tokens``, ``llm_prompt_tokens
 
 Prompts that show stored notes number them (``number_items``) and the schema refers to them
 through ``ShownRef``: ``ask_json(..., shown=numbers)`` accepts only numbers that were shown, so
-the model can never make the caller touch a note it did not see (seed 004: A-MEM mapped list
-positions to the wrong notes).
+the model can never make the caller touch a note it did not see (the Agent Memory Atlas review of
+A-MEM found it mapping list positions to the wrong notes).
 """
 
 from __future__ import annotations

@@ -1,4 +1,5 @@
-"""The LLM link judge (seed 002's second stage), on with ``ZQ_JUDGE=llm`` and an LLM URL.
+"""The LLM link judge (the second stage of the embedding-plus-LLM memory linking pattern), on
+with ``ZQ_JUDGE=llm`` and an LLM URL.
 
 Ingest never waits for it. A batch commits its notes with the heuristic judge's links, so they
 are searchable at once, and queues each new (or changed) note's FAISS and same-batch candidates

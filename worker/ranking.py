@@ -1,4 +1,4 @@
-"""Ranking policy (pure): channel fusion, graph spreading and seed 000's composite score.
+"""Ranking policy (pure): channel fusion, graph spreading and zettelkasten-memory's composite score.
 
 relevance  = weighted reciprocal-rank fusion of the dense (FAISS) and lexical (BM25) rankings,
              normalised so that first place in every enabled channel is 1.0; notes reached over

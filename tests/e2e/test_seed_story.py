@@ -1,7 +1,7 @@
-"""Seed 001's story end to end with a real `zettelq worker` process: five events in, the
-periodic jobs run, and "what is the current frontend technology and why?" answers with the
-Svelte note first and the React note marked superseded; as of a time before the switch the
-React note is the valid one."""
+"""The self-organising Zettelkasten tutorial's story end to end with a real `zettelq worker`
+process: five events in, the periodic jobs run, and "what is the current frontend technology and
+why?" answers with the Svelte note first and the React note marked superseded; as of a time
+before the switch the React note is the valid one."""
 
 from __future__ import annotations
 

@@ -1,7 +1,8 @@
-"""Supersession through real Redis, real ingest and a real search server: seed 001's switch
-from React to Svelte closes the React note's validity at ingest, search ranks the valid note
-first and marks the other, as_of sees the past; hedged changes supersede nothing; the LLM judge
-(loopback server) supersedes what the rule cannot see and fails closed on bad answers."""
+"""Supersession through real Redis, real ingest and a real search server: the self-organising
+Zettelkasten tutorial's switch from React to Svelte closes the React note's validity at ingest,
+search ranks the valid note first and marks the other, as_of sees the past; hedged changes
+supersede nothing; the LLM judge (loopback server) supersedes what the rule cannot see and fails
+closed on bad answers."""
 
 from __future__ import annotations
 
