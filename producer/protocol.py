@@ -126,7 +126,7 @@ class Hit(BaseModel):
     event_time: float | None = None
     valid_to: float | None = None
     superseded_by: str | None = None
-    #: neighbour -> the link's relation label (see README "Linking")
+    #: neighbour -> the link's relation label (see docs/architecture.md, "Linking")
     link_labels: dict[str, str] = Field(default_factory=dict)
 
 
@@ -178,7 +178,7 @@ class Note(BaseModel):
     links: dict[str, float] = Field(default_factory=dict)
     superseded_by: str | None = None
     merged_from: list[str] = Field(default_factory=list)
-    #: neighbour -> the link's relation label (see README "Linking")
+    #: neighbour -> the link's relation label (see docs/architecture.md, "Linking")
     link_labels: dict[str, str] = Field(default_factory=dict)
 
 

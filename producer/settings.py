@@ -1,4 +1,4 @@
-"""Producer settings, read from ``ZQ_*`` environment variables (see the README table)."""
+"""Producer settings, read from ``ZQ_*`` environment variables (see docs/settings.md)."""
 
 from __future__ import annotations
 

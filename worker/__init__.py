@@ -1,4 +1,4 @@
-"""zettelq worker: the Celery side that organises memories (see DESIGN.md).
+"""zettelq worker: the Celery side that organises memories (see docs/architecture.md).
 
 A worker process does its numeric work on one thread: the matrices of one batch are small, and
 an idle BLAS thread pool spins on a second core (OpenBLAS's helper thread took a third of a core

@@ -1,7 +1,7 @@
 """A worker's per-namespace projection of Redis: the FAISS index, the BM25 index and the
 seq -> id map.
 
-Redis is the truth (DESIGN invariant 2). A projection is built from the namespace's notes, or
+Redis is the truth (docs/architecture.md). A projection is built from the namespace's notes, or
 loaded from a snapshot, then kept current by replaying the namespace's change log. Any
 projection can be thrown away: the next use rebuilds it.
 """

@@ -29,7 +29,7 @@ KEYS = {"acme": "acme-hmac-key", "globex": "globex-hmac-key"}
 
 
 def tenant_acl(prefix: str, ns: str) -> list[str]:
-    """ACL rules of a tenant user (as in the README): read its namespace, queue jobs, await
+    """ACL rules of a tenant user (as in docs/reliability.md): read its namespace, queue jobs, await
     replies, nothing else."""
     return [
         *("on", f">{ns}-pw", "resetkeys", "resetchannels", "-@all", "+@connection"),
