@@ -25,6 +25,12 @@ Floats = npt.NDArray[np.float64]
 
 K1 = 1.2  #: BM25 term-frequency saturation
 B = 0.3  #: BM25 length normalisation (low: memories are short, longer ones carry more)
+#: Query terms no note has are completed by the terms that share their first this many
+#: characters and of which one is a prefix of the other ("auth" / "authent", from
+#: "authentication"); shorter terms are never completed.
+COMPLETE_MIN_CHARS = 4
+#: The weight of a completion, times the share of the longer term that the shorter one covers.
+COMPLETE_WEIGHT = 0.5
 
 _LOCAL = threading.local()  #: a Snowball stemmer keeps state while it works: one per thread
 
@@ -94,6 +100,8 @@ class LexicalIndex:
         self._built = False  #: whether every term's arrays were built (done by the first search)
         self._weights: dict[str, tuple[float, Floats]] = {}  #: term -> (avgdl, BM25 weights)
         self._lengths: Floats = np.zeros(0)  #: seq -> document length, for building arrays
+        #: the first COMPLETE_MIN_CHARS characters -> the indexed terms that start with them
+        self._heads: dict[str, set[str]] = {}
 
     def __len__(self) -> int:
         return len(self.docs)
@@ -111,7 +119,12 @@ class LexicalIndex:
             self._lengths = grown
         self._lengths[seq] = length
         for term, tf in counts.items():
-            self.postings.setdefault(term, {})[seq] = tf
+            posting = self.postings.get(term)
+            if posting is None:
+                posting = self.postings[term] = {}
+                if len(term) >= COMPLETE_MIN_CHARS:
+                    self._heads.setdefault(term[:COMPLETE_MIN_CHARS], set()).add(term)
+            posting[seq] = tf
             self._weights.pop(term, None)
             arrays = self._arrays.get(term)
             if arrays is not None:
@@ -133,6 +146,30 @@ class LexicalIndex:
             self._weights.pop(term, None)
             if not posting:
                 del self.postings[term]
+                self._forget_head(term)
+
+    def _forget_head(self, term: str) -> None:
+        head = self._heads.get(term[:COMPLETE_MIN_CHARS])
+        if head is not None:
+            head.discard(term)
+            if not head:
+                del self._heads[term[:COMPLETE_MIN_CHARS]]
+
+    def complete(self, terms: Iterable[str]) -> dict[str, float]:
+        """The query terms (weight 1) plus, for each one that no note has, the indexed terms it
+        is a prefix of or that are a prefix of it, sharing at least ``COMPLETE_MIN_CHARS``
+        characters: an abbreviation meets the word it abbreviates ("auth" and "authentication").
+        A completion weighs ``COMPLETE_WEIGHT`` times the shorter term's share of the longer."""
+        query = dict.fromkeys(terms, 1.0)
+        for term in list(query):
+            if term in self.postings or len(term) < COMPLETE_MIN_CHARS:
+                continue
+            for other in self._heads.get(term[:COMPLETE_MIN_CHARS], ()):
+                short, long = sorted((term, other), key=len)
+                if long.startswith(short):
+                    weight = COMPLETE_WEIGHT * len(short) / len(long)
+                    query[other] = max(query.get(other, 0.0), weight)
+        return query
 
     def idf(self, term: str, pseudo_docs: int = 0) -> float:
         """BM25 IDF; ``pseudo_docs`` adds notes that lack the term (for rarity in small sets).
@@ -202,11 +239,11 @@ class LexicalIndex:
         return at, counts, self._lengths[at]
 
     def expand(
-        self, terms: list[str], feedback_docs: int, feedback_terms: int, weight: float
+        self, terms: dict[str, float], feedback_docs: int, feedback_terms: int, weight: float
     ) -> dict[str, float]:
-        """Pseudo-relevance feedback (RM3-style): the query plus the terms that weigh most in
-        its first-pass top documents, weighted by their share, times ``weight``."""
-        query = dict.fromkeys(terms, 1.0)
+        """Pseudo-relevance feedback (RM3-style): the weighted query terms plus the terms that
+        weigh most in its first-pass top documents, weighted by their share, times ``weight``."""
+        query = dict(terms)
         if feedback_docs <= 0 or feedback_terms <= 0 or weight <= 0:
             return query
         top = self.search_weighted(query, feedback_docs)

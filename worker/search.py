@@ -70,7 +70,7 @@ def search(ctx: WorkerContext, job: SearchJob) -> list[Hit]:
             _expand(ctx, ns, pool, hop, filters, weights["graph"], job.k)
     at = now if job.as_of is None else job.as_of
     width = job.k * MMR_POOL if job.diversity > 0 else job.k
-    ranked = _last_hop(ctx, pools, job.hops, filters, weights["graph"], job.k, width, now, at, qvec)
+    ranked = _last_hop(ctx, pools, job, filters, weights["graph"], width, now, at, qvec)
     if job.diversity > 0:
         ranked = ranked[:width]
         cands_.load_hit_fields(ctx, ranked, qvec, ctx.embedder.name)
@@ -171,7 +171,8 @@ def _channels(
     hits: list[tuple[int, float]] = []
     if weights["lexical"] > 0:
         s = ctx.settings
-        query = proj.lexical.expand(terms, s.feedback_docs, s.feedback_terms, weights["feedback"])
+        query = proj.lexical.complete(terms)
+        query = proj.lexical.expand(query, s.feedback_docs, s.feedback_terms, weights["feedback"])
         hits = proj.lexical.search_weighted(query, n)
     lexical = {proj.ids[seq]: score for seq, score in hits if seq in proj.ids}
     size = len(proj.index)
@@ -267,18 +268,17 @@ def _links(cands: list[Cand]) -> dict[str, dict[str, float]]:
 def _last_hop(
     ctx: WorkerContext,
     pools: dict[str, dict[str, Cand]],
-    hop: int,
+    job: SearchJob,
     filters: dict[str, Any],
     graph_weight: float,
-    k: int,
     width: int,
     now: float,
     at: float,
     qvec: npt.NDArray[np.float32],
 ) -> list[Cand]:
-    """Every candidate scored and ranked after the last hop's spreading (none for ``hop`` 0),
-    with what a hit needs read for the best ``width`` in the same round trip as the hop's new
-    neighbours.
+    """Every candidate at least ``job.min_relevance`` relevant, scored and ranked after the
+    last hop's spreading (none for ``job.hops`` 0), with what a hit needs read for the best
+    ``width`` in the same round trip as the hop's new neighbours.
 
     Spreading only adds the seeds' flow to the candidates already seen, so their final scores
     are known before the neighbours are read; a neighbour is read only when its flow times the
@@ -286,8 +286,9 @@ def _last_hop(
     full (ranking fields, links and hit fields), as it may be returned."""
     s = ctx.settings
     half_life_s = s.recency_half_life_days * 86_400
+    hop, k, floor_rel = job.hops, job.k, job.min_relevance
     flows = _spread(ctx, pools, hop, graph_weight, k) if hop > 0 and graph_weight > 0 else {}
-    ranked = [c for pool in pools.values() for c in pool.values()]
+    ranked = [c for pool in pools.values() for c in pool.values() if c.relevance >= floor_rel]
     for c in ranked:
         cands_.score(c, now, half_life_s, s.boost_scale)
     ranked.sort(key=_order(at))
@@ -298,7 +299,7 @@ def _last_hop(
         Cand(nid, ns, hop, {}, relevance=value)
         for ns, flow in flows.items()
         for nid, value in flow.items()
-        if ranking.score_ceiling(value, s.boost_scale) >= floor
+        if value >= floor_rel and ranking.score_ceiling(value, s.boost_scale) >= floor
     ]
     pipe = BulkPipeline(ctx.redis)
     active = cands_.queue_rank_fields(pipe, ctx, neighbours, filters)

@@ -59,12 +59,16 @@ def test_add_replaces_and_remove_forgets():
 
 def test_feedback_adds_terms_of_the_top_notes_but_keeps_the_query():
     index = build()
-    query = index.expand(analyze("pottery class"), feedback_docs=1, feedback_terms=3, weight=0.5)
+    query = index.expand(
+        index.complete(analyze("pottery class")), feedback_docs=1, feedback_terms=3, weight=0.5
+    )
     assert query[analyze("pottery")[0]] == 1.0
     expansion = {t: w for t, w in query.items() if w < 1.0}
     assert expansion and max(expansion.values()) == pytest.approx(0.5)
     assert set(expansion) <= {t for seq in (1, 4) for t in index.docs[seq]}
-    assert index.expand(analyze("pottery"), 5, 5, weight=0.0) == {analyze("pottery")[0]: 1.0}
+    assert index.expand(index.complete(analyze("pottery")), 5, 5, weight=0.0) == {
+        analyze("pottery")[0]: 1.0
+    }
 
 
 def test_stemming_is_safe_from_many_threads():
@@ -135,3 +139,25 @@ def test_notes_added_after_a_search_score_as_in_an_index_built_without_one():
             fresh.add(seq - 3, docs[seq - 30])
     for query in queries:
         assert live.search_weighted(query, 20) == fresh.search_weighted(query, 20)
+
+
+def test_complete_meets_abbreviations_and_words_they_abbreviate():
+    index = LexicalIndex()
+    index.add(1, analyze("key-pair auth with Azure AD"))
+    index.add(2, analyze("authorisation of the payments"))
+    query = index.complete(analyze("authentication setup"))
+    assert query["authent"] == 1.0  # the query's own terms keep weight 1
+    assert 0 < query["auth"] < 1  # "auth" is a prefix of "authent"
+    assert "authoris" not in query  # shares the first four characters, but neither prefixes
+    assert index.search_weighted(query, 5)[0][0] == 1
+    assert set(index.complete(analyze("auth"))) == {"auth"}  # indexed itself: left alone
+
+
+def test_complete_leaves_known_and_short_terms_alone():
+    index = LexicalIndex()
+    index.add(1, analyze("the deployment pipeline"))
+    assert index.complete(analyze("deploy")) == {"deploy": 1.0}  # stems alike: indexed
+    assert index.complete(["dep"]) == {"dep": 1.0}  # under four characters: never completed
+    assert set(index.complete(["deployments"])) == {"deployments", "deploy"}
+    index.remove(1)
+    assert index.complete(["deployments"]) == {"deployments": 1.0}  # forgotten with its notes
