@@ -103,7 +103,9 @@ class MemoryClient:
         self, query: str, *, namespace: Namespaces | None = None, **options: Any
     ) -> list[Hit]:
         """Best notes for ``query``. Options: k=10, hops=1, filters=None, fresh=True, timeout_s,
-        as_of (see the past), diversity (0-1, MMR), weights (per-channel, for ablations)."""
+        as_of (see the past), diversity (0-1, MMR), min_relevance (0-1: only hits at least this
+        relevant; default 0, always k hits when there are k notes), weights (per-channel, for
+        ablations)."""
         return self._ask("search", namespace, query=query, **options).hits
 
     def context(

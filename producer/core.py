@@ -174,6 +174,7 @@ class ClientCore:
             weights=v.check_weights(fields.get("weights")),
             as_of=v.check_time(fields.get("as_of"), "as_of"),
             diversity=v.check_unit_float(fields.get("diversity"), "diversity") or 0.0,
+            min_relevance=v.check_unit_float(fields.get("min_relevance"), "min_relevance") or 0.0,
             max_tokens=v.check_int(fields.get("max_tokens", 2000), "max_tokens", 16, 1_000_000),
             deadline=time.time() + timeout_s,
         )
@@ -283,6 +284,7 @@ SEARCH_OPTIONS = frozenset(
         "weights",
         "as_of",
         "diversity",
+        "min_relevance",
         "max_tokens",
     }
 )

@@ -78,6 +78,7 @@ class SearchJob(_Wire):
     weights: dict[str, float] = Field(default_factory=dict)
     as_of: float | None = None
     diversity: float = 0.0
+    min_relevance: float = 0.0
     fresh: bool = True
     max_tokens: int = 2000
     deadline: float

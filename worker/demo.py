@@ -1,4 +1,4 @@
-"""``zettelq demo``: an agent stores example memories, searches them and walks their links."""
+"""``zettelq demo``: an agent stores a few memories, searches them and walks their links."""
 
 from __future__ import annotations
 
@@ -7,8 +7,8 @@ import sys
 from producer import MemoryClient
 from worker.settings import WorkerSettings
 
-#: The example memories of the zettelkasten-memory article (an agent researching a customer's
-#: Snowflake setup).
+#: What a research agent learnt about a customer's Snowflake set-up (the example of the
+#: zettelkasten-memory article zettelq's idea comes from).
 MEMORIES = [
     "The customer's Snowflake account uses key-pair auth with Azure AD",
     "Snowflake uses AES-256 encryption at rest with hierarchical key model",
@@ -18,8 +18,15 @@ MEMORIES = [
     "Key rotation for the Snowflake key-pair happens every 90 days",
     "The research agent found that Azure AD is the customer's identity provider",
 ]
-QUERIES = ["encryption and key management", "authentication setup"]
+#: Each query with the memory a reader expects first (tests/integration/test_demo.py holds it).
+QUERIES = {
+    "encryption and key management": MEMORIES[1],
+    "authentication setup": MEMORIES[0],
+    "who is the identity provider": MEMORIES[6],
+}
 NAMESPACE = "demo"
+K = 3  #: hits shown per query
+MIN_RELEVANCE = 0.25  #: hits below this relevance are not shown (search's min_relevance)
 
 
 def run_demo(settings: WorkerSettings) -> int:
@@ -29,10 +36,10 @@ def run_demo(settings: WorkerSettings) -> int:
             [
                 {
                     # fixed ids: a second run updates these notes instead of adding copies
-                    "id": f"seed-000-{i}",
+                    "id": f"demo-{i}",
                     "content": m,
                     "agent": "researcher",
-                    "metadata": {"source": "seed-000"},
+                    "metadata": {"source": "zettelq demo"},
                 }
                 for i, m in enumerate(MEMORIES)
             ],
@@ -42,7 +49,8 @@ def run_demo(settings: WorkerSettings) -> int:
         mem.flush(NAMESPACE, timeout_s=60)
         for query in QUERIES:
             out(f"\nsearch: {query!r}\n")
-            for h in mem.search(query, namespace=NAMESPACE, k=3):
+            hits = mem.search(query, namespace=NAMESPACE, k=K, min_relevance=MIN_RELEVANCE)
+            for h in hits:
                 out(f"  [{h.score:.3f}] {h.content}\n")
                 out(f"      tags={h.tags} hop={h.hop} links={len(h.links)}\n")
         out(f"\nconnected({ids[0][:8]}..., max_hops=2): {MEMORIES[0]!r}\n")

@@ -45,6 +45,8 @@ def test_weights_switch_channels_per_search(client, server):
         {"weights": {"bogus": 1}},
         {"weights": {"dense": -1}},
         {"diversity": 2},
+        {"min_relevance": -0.1},
+        {"min_relevance": "high"},
         {"as_of": "not a date"},
     ],
 )
