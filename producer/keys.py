@@ -17,6 +17,11 @@ P:{sN}:search                  list    packed SearchJob requests over one namesp
 P:search                       list    packed SearchJob requests over several namespaces,
                                        served by every search thread
 P:searcher:<consumer>          string  set while that worker process serves searches (PX)
+P:process:<consumer>           hash    heartbeat of a live worker, searcher or beat process:
+                                       role, host, pid, started, beat, state, version (PX; see
+                                       worker/heartbeat.py); deleted when it stops cleanly
+P:processes                    zset    consumer -> when its process hash expires (epoch ms):
+                                       the index `zettelq health` reads instead of a SCAN
 P:reply:<job_id>               list    one packed Reply, EXPIRE result_ttl_s; the caller BLPOPs it
 P:dead                         stream  dead-lettered jobs: raw payload, reason, source, time
 P:namespaces                   set     every namespace ever written
@@ -107,6 +112,12 @@ class Keys:
 
     def searcher(self, consumer: str) -> str:
         return f"{self.prefix}:searcher:{consumer}"
+
+    def process(self, consumer: str) -> str:
+        return f"{self.prefix}:process:{consumer}"
+
+    def processes(self) -> str:
+        return f"{self.prefix}:processes"
 
     def reply(self, job_id: str) -> str:
         return f"{self.prefix}:reply:{job_id}"

@@ -9,7 +9,8 @@ worker.organiser).
 Beat uses celery-redbeat: the schedule and a leader lock live in the broker Redis under
 ``<prefix>:redbeat``, so any number of beat processes may run and exactly one sends tasks; when
 it dies the lock expires after ``beat_lock_s`` and a standby takes over within ``beat_tick_s``
-more, continuing the schedule where the old leader left it.
+more, continuing the schedule where the old leader left it. Every worker's main process, and
+every beat, keeps a heartbeat in Redis for ``zettelq health`` (worker.heartbeat, worker.beat).
 """
 
 from __future__ import annotations
@@ -26,6 +27,7 @@ from producer.keys import Keys
 from worker import redis_config
 from worker.context import WorkerContext
 from worker.dispatch import Dispatcher
+from worker.heartbeat import ProcessHeartbeat
 from worker.organiser import OrganiseServer
 from worker.schedule import build_beat_schedule
 from worker.server import SearchServer
@@ -50,7 +52,7 @@ app.conf.update(
     worker_concurrency=1,
     broker_connection_retry_on_startup=True,
     beat_schedule=build_beat_schedule(settings),
-    beat_scheduler="redbeat.RedBeatScheduler",
+    beat_scheduler="worker.beat:LeaderScheduler",
     beat_max_loop_interval=settings.beat_tick_s,
     redbeat_redis_url=settings.broker,
     redbeat_key_prefix=Keys(settings.key_prefix).redbeat(),
@@ -86,6 +88,7 @@ def _on_pool_process(**_: object) -> None:
 def _on_worker_ready(sender: Any = None, **_: object) -> None:
     from worker.tasks import send_drain
 
+    _state["heartbeat"] = ProcessHeartbeat(settings, "worker").start()
     _state["dispatcher"] = Dispatcher(settings, send_drain).start()
     if app.conf.worker_pool != "prefork":
         _start_servers()
@@ -97,6 +100,6 @@ def _on_worker_ready(sender: Any = None, **_: object) -> None:
 
 @signals.worker_shutdown.connect
 def _on_shutdown(**_: object) -> None:
-    for name in ("dispatcher", "server", "organiser", "snapshotter"):
+    for name in ("heartbeat", "dispatcher", "server", "organiser", "snapshotter"):
         if name in _state:
             _state.pop(name).stop()

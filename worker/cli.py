@@ -122,6 +122,7 @@ def _worker(settings: WorkerSettings, args: argparse.Namespace, rest: list[str])
 
 def _searcher(settings: WorkerSettings, args: argparse.Namespace, rest: list[str]) -> int:
     from worker.context import WorkerContext
+    from worker.heartbeat import ProcessHeartbeat
     from worker.server import SearchServer
     from worker.snapshot import Snapshotter
 
@@ -131,8 +132,10 @@ def _searcher(settings: WorkerSettings, args: argparse.Namespace, rest: list[str
     ctx = WorkerContext.build(settings)
     server = SearchServer(ctx, settings.search_threads).start()
     snapshotter = Snapshotter(ctx).start()
+    heartbeat = ProcessHeartbeat(settings, "searcher", consumer=ctx.consumer).start()
     log.info("zettelq searcher ready: threads=%d", settings.search_threads)
     stopped.wait()
+    heartbeat.stop()
     snapshotter.stop()
     server.stop()
     ctx.close()

@@ -4,8 +4,6 @@ from __future__ import annotations
 
 import gc
 import logging
-import os
-import socket
 import threading
 from collections import OrderedDict
 from dataclasses import dataclass, field
@@ -15,6 +13,7 @@ from redis import Redis
 from producer.core import redis_kwargs
 from producer.keys import Keys
 from worker.embedding import Embedder
+from worker.heartbeat import new_consumer
 from worker.model_embedding import build_embedder
 from worker.projection import Projection, open_projection
 from worker.settings import WorkerSettings
@@ -57,7 +56,7 @@ class WorkerContext:
             redis=redis,
             keys=Keys(settings.key_prefix, settings.shard_count),
             embedder=build_embedder(settings),
-            consumer=f"{socket.gethostname()}-{os.getpid()}-{os.urandom(3).hex()}",
+            consumer=new_consumer(),
         )
 
     def projection(self, ns: str) -> Projection:

@@ -39,6 +39,8 @@ GLOBAL_KEYS: list[Callable[[Keys], str]] = [
     Keys.dead,
     Keys.namespaces,
     lambda k: k.searcher("host-1-ab12cd"),
+    lambda k: k.process("host-1-ab12cd"),
+    Keys.processes,
     lambda k: k.vcache("hash-v1-d256", "ab" * 32),
 ]
 
