@@ -16,6 +16,7 @@ zettelq runs                the last beat run of each periodic job (over all nam
 zettelq proposals list|accept|reject|revert [ID]   review evolution proposals
 zettelq migrate             convert links stored before 2026-12-01 (every worker stopped)
 zettelq check [-n NS|--all] check that notes and links are consistent (exit 1 if not)
+zettelq health [--role R] [--host H]   exit 0 when a matching process is alive (healthchecks)
 """
 
 from __future__ import annotations
@@ -34,6 +35,7 @@ from typing import Any
 
 from producer import Conflict, MemoryClient, NotFound
 from producer.proposals import STATUSES
+from worker import health
 from worker.settings import WorkerSettings
 
 log = logging.getLogger(__name__)
@@ -104,6 +106,7 @@ def _parser() -> argparse.ArgumentParser:
     proposals.add_argument("id", nargs="?", help="the proposal (accept, reject, revert)")
     proposals.add_argument("--status", choices=STATUSES)
     proposals.add_argument("--limit", type=int, default=20)
+    health.add_parser(sub)
     for sp in (store, search, get, proposals, check, *_namespaced(sub)):
         sp.add_argument("-n", "--namespace", default=None)
     return p
@@ -378,6 +381,7 @@ COMMANDS = {
     "proposals": _proposals,
     "migrate": _migrate,
     "check": _check,
+    "health": health.run,
 }
 
 

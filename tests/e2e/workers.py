@@ -57,6 +57,17 @@ def spawn(settings: WorkerSettings, **env: str) -> subprocess.Popen[bytes]:
     )
 
 
+def spawn_searcher(settings: WorkerSettings, **env: str) -> subprocess.Popen[bytes]:
+    """A `zettelq searcher` in a process group of its own."""
+    return subprocess.Popen(
+        [sys.executable, "-m", "worker.cli", "searcher"],
+        env={**worker_env(settings), **env},
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+        start_new_session=True,
+    )
+
+
 def signal_group(proc: subprocess.Popen[bytes], signum: int) -> None:
     try:
         os.killpg(proc.pid, signum)
