@@ -15,6 +15,7 @@ from redis.exceptions import (
     AuthenticationError,
     AuthorizationError,
     NoPermissionError,
+    OutOfMemoryError,
     ResponseError,
 )
 from redis.exceptions import ConnectionError as RedisConnectionError
@@ -29,6 +30,7 @@ from producer.errors import (
     InvalidInput,
     JobFailed,
     NotFound,
+    OutOfMemory,
     ReplyTimeout,
     Unavailable,
 )
@@ -79,6 +81,10 @@ def redis_errors() -> Iterator[None]:
         ) from exc
     except (RedisConnectionError, RedisTimeoutError) as exc:
         raise Unavailable(f"Redis unavailable: {exc}") from exc
+    except OutOfMemoryError as exc:
+        raise OutOfMemory(
+            f"Redis is at its maxmemory and refused the write ({exc}); nothing was written"
+        ) from exc
     except ResponseError as exc:
         if str(exc).startswith("NOAUTH"):
             raise AccessDenied(

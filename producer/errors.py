@@ -5,6 +5,8 @@ ZettelqError
 ├── Unavailable         Redis could not be reached (connection refused, reset or timed out)
 ├── AccessDenied        Redis refused the credentials or an ACL denied the command
 ├── Backpressure        the pending backlog passed its configured bound; nothing was written
+├── OutOfMemory         Redis is at its maxmemory and refused the write (noeviction); nothing
+│                       was written
 ├── ProtocolError       a message could not be packed or unpacked
 ├── ReplyTimeout        no reply arrived before the deadline (also a TimeoutError)
 ├── JobFailed           the worker reported a failure (see ``.reason``)
@@ -36,6 +38,11 @@ class AccessDenied(ZettelqError, PermissionError):
 
 class Backpressure(ZettelqError):
     """The pending backlog is over its configured bound; nothing was written, retry later."""
+
+
+class OutOfMemory(ZettelqError):
+    """Redis is at its maxmemory and refused the write (maxmemory-policy noeviction); nothing was
+    written. Free memory (ZQ_MAX_NOTES, delete notes) or raise maxmemory, then retry."""
 
 
 class ProtocolError(ZettelqError):
