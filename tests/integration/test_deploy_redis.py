@@ -112,3 +112,4 @@ def test_a_full_redis_refuses_a_store_with_out_of_memory_and_keeps_what_it_has(
         with pytest.raises(OutOfMemory):
             mem.search("stored", namespace="full", timeout_s=1)  # queuing a search writes too
         assert r.xlen(mem.keys.inbox(0)) == 1  # the first job is kept, the second not written
+        assert mem.stats("full").pending == 1  # reads still answer
