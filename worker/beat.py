@@ -15,6 +15,7 @@ from typing import Any
 
 from redbeat import RedBeatScheduler
 
+from worker.celery_app import settings
 from worker.heartbeat import ProcessHeartbeat
 
 
@@ -26,8 +27,6 @@ class LeaderScheduler(RedBeatScheduler):  # type: ignore[misc]
 
     def setup_schedule(self) -> None:
         """Runs once, when beat builds its scheduler (not for the banner's lazy one)."""
-        from worker.celery_app import settings
-
         super().setup_schedule()
         if self._heartbeat is None:
             self._heartbeat = ProcessHeartbeat(settings, "beat", state=self.leadership).start()

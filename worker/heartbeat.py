@@ -140,7 +140,7 @@ class ProcessHeartbeat(Daemon):
         )
         self.consumer = consumer or new_consumer()
         self.role, self.state = role, state
-        self.started = time.time()
+        self.started, self.version = time.time(), zettelq_version()
         self._lost = False
 
     def process(self) -> Process:
@@ -153,7 +153,7 @@ class ProcessHeartbeat(Daemon):
             started=self.started,
             beat=time.time(),
             state=self.state(),
-            version=zettelq_version(),
+            version=self.version,
         )
 
     def stop(self, timeout_s: float = 5.0) -> None:
