@@ -2,6 +2,7 @@
 
 ZettelqError
 ├── InvalidInput        the call's arguments break a documented limit (also a ValueError)
+│   └── InvalidSetting  a ZQ_ environment variable (or settings argument) has a bad value
 ├── Unavailable         Redis could not be reached (connection refused, reset or timed out)
 ├── AccessDenied        Redis refused the credentials or an ACL denied the command
 ├── Backpressure        the pending backlog passed its configured bound; nothing was written
@@ -26,6 +27,10 @@ class ZettelqError(Exception):
 
 class InvalidInput(ZettelqError, ValueError):
     """The input breaks a documented limit; nothing was written."""
+
+
+class InvalidSetting(InvalidInput):
+    """A setting has a bad value; the message names its ZQ_ variable and what it expects."""
 
 
 class Unavailable(ZettelqError):

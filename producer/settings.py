@@ -2,23 +2,80 @@
 
 Each field's docstring is its description (``use_attribute_docstrings``): deploy/env.example is
 generated from them (``python -m worker.envfile``), and a test holds the two in step.
+
+A bad value raises InvalidSetting, whose one-line message names the variable and what it expects
+(``ZQ_MAX_K='abc' is not a valid integer``); unknown_variables() names the ``ZQ_`` variables no
+setting reads, each with the closest real name.
 """
 
 from __future__ import annotations
 
-from pydantic import Field, SecretStr
-from pydantic_settings import BaseSettings, SettingsConfigDict
+import difflib
+import re
+from collections.abc import Collection, Iterable, Mapping
+from typing import Any
+
+from pydantic import Field, SecretStr, ValidationError
+from pydantic_core import ErrorDetails
+from pydantic_settings import BaseSettings, SettingsConfigDict, SettingsError
+
+from producer.errors import InvalidSetting
+
+ENV_PREFIX = "ZQ_"  #: prefix of every setting's environment variable
+NESTED = "__"  #: separates a mapping setting's variable from a key: ZQ_NAMESPACE_KEYS__ACME
+
+#: pydantic error type -> what the message says about the value
+EXPECTED = {
+    "int_parsing": "is not a valid integer",
+    "int_from_float": "is not a valid integer",
+    "float_parsing": "is not a valid number",
+    "bool_parsing": "is not a valid boolean (true/false, 1/0, yes/no, on/off)",
+    "dict_type": "is not a JSON object",
+    "string_type": "is not a string",
+}
+#: pydantic error type of a bound -> its operator
+BOUNDS = {
+    "greater_than": ">",
+    "greater_than_equal": ">=",
+    "less_than": "<",
+    "less_than_equal": "<=",
+}
 
 
 class ProducerSettings(BaseSettings):
     """What an agent process needs to talk to zettelq. Workers extend this class."""
 
     model_config = SettingsConfigDict(
-        env_prefix="ZQ_",
-        env_nested_delimiter="__",
+        env_prefix=ENV_PREFIX,
+        env_nested_delimiter=NESTED,
         extra="ignore",
         use_attribute_docstrings=True,
     )
+
+    def __init__(self, **values: Any) -> None:
+        """Read the environment under ``values``; InvalidSetting names whatever is wrong."""
+        try:
+            super().__init__(**values)
+        except ValidationError as exc:
+            errors = [describe_error(self, e, values) for e in exc.errors()]
+            raise InvalidSetting("; ".join(errors)) from exc
+        except SettingsError as exc:
+            raise InvalidSetting(describe_unparsed(self, exc)) from exc
+
+    @classmethod
+    def variable_names(cls) -> frozenset[str]:
+        """The environment variable of every setting, e.g. ZQ_REDIS_URL."""
+        return frozenset(f"{ENV_PREFIX}{name.upper()}" for name in cls.model_fields)
+
+    @classmethod
+    def nested_names(cls) -> frozenset[str]:
+        """The variables of mapping settings, whose keys may follow as ZQ_NAME__KEY."""
+        fields = cls.model_fields.items()
+        return frozenset(
+            f"{ENV_PREFIX}{name.upper()}"
+            for name, field in fields
+            if str(field.annotation).startswith("dict")
+        )
 
     redis_url: str = "redis://127.0.0.1:6379/0"
     """Data Redis: notes, links, queues and replies (redis://, rediss://, unix://)."""
@@ -75,3 +132,58 @@ class ProducerSettings(BaseSettings):
 
     organise_timeout_s: float = Field(default=120.0, gt=0, le=300)
     """How long organise() waits for a worker to run every periodic job of a namespace."""
+
+
+def describe_error(settings: BaseSettings, error: ErrorDetails, given: Mapping[str, Any]) -> str:
+    """One failed check as ``ZQ_MAX_K='abc' is not a valid integer`` (a keyword argument is
+    named as itself; a secret's value is never shown)."""
+    if not error["loc"]:
+        return error["msg"].removeprefix("Value error, ")
+    field = str(error["loc"][0])
+    name = field if field in given else f"{ENV_PREFIX}{field.upper()}"
+    secret = "Secret" in str(type(settings).model_fields[field].annotation)
+    shown = f"{name}={'***' if secret else repr(error['input'])}"
+    return f"{shown} {_expectation(error)}"
+
+
+def _expectation(error: ErrorDetails) -> str:
+    kind = error["type"]
+    ctx = error.get("ctx", {})
+    if kind in EXPECTED:
+        return EXPECTED[kind]
+    if kind in BOUNDS:
+        return f"must be {BOUNDS[kind]} {next(iter(ctx.values()))}"
+    if kind == "literal_error":
+        return f"must be {ctx['expected']}"
+    if kind == "string_pattern_mismatch":
+        return f"must match {ctx['pattern']}"
+    return f"is invalid: {error['msg']}"
+
+
+def describe_unparsed(settings: BaseSettings, exc: SettingsError) -> str:
+    """pydantic-settings' 'error parsing value for field "x" ...' as the variable and its form."""
+    if isinstance(exc.__cause__, ValidationError):
+        return "; ".join(describe_error(settings, e, {}) for e in exc.__cause__.errors())
+    found = re.search(r'field "(\w+)"', str(exc))
+    if found is None:
+        return str(exc)
+    return f"{ENV_PREFIX}{found.group(1).upper()} is not valid JSON"
+
+
+def unknown_variables(
+    environ: Mapping[str, str],
+    known: Collection[str],
+    nested: Iterable[str] = (),
+) -> list[str]:
+    """A warning for each ``ZQ_`` variable in ``environ`` that no setting reads, naming the
+    closest of ``known`` when one is close; ``nested`` variables may carry ``__KEY`` suffixes."""
+    prefixes = tuple(f"{name}{NESTED}" for name in nested)
+    warnings = []
+    for variable in sorted(environ):
+        name = variable.upper()
+        if not name.startswith(ENV_PREFIX) or name in known or name.startswith(prefixes):
+            continue
+        close = difflib.get_close_matches(name, known, n=1)
+        hint = f"; did you mean {close[0]}?" if close else ""
+        warnings.append(f"{variable} is not a zettelq setting{hint}")
+    return warnings

@@ -295,8 +295,8 @@ class WorkerSettings(ProducerSettings):
     def _beat_lock_outlives_a_tick(self) -> WorkerSettings:
         if self.beat_lock_s < 2 * self.beat_tick_s:
             raise ValueError(
-                "beat_lock_s must be at least twice beat_tick_s: the beat leader renews its lock"
-                " once per tick"
+                "ZQ_BEAT_LOCK_S must be at least twice ZQ_BEAT_TICK_S: the beat leader renews its"
+                " lock once per tick"
             )
         return self
 
