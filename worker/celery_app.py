@@ -16,6 +16,7 @@ every beat, keeps a heartbeat in Redis for ``zettelq health`` (worker.heartbeat,
 from __future__ import annotations
 
 import logging
+import os
 from typing import Any
 
 from celery import Celery, signals
@@ -31,12 +32,13 @@ from worker.heartbeat import ProcessHeartbeat
 from worker.organiser import OrganiseServer
 from worker.schedule import build_beat_schedule
 from worker.server import SearchServer
-from worker.settings import WorkerSettings
+from worker.settings import WorkerSettings, warn_unknown_variables
 from worker.snapshot import Snapshotter
 
 log = logging.getLogger(__name__)
 
 settings = WorkerSettings()
+warn_unknown_variables(os.environ)
 
 INGEST_QUEUE = f"{settings.key_prefix}.ingest"  #: drain tasks
 MAINT_QUEUE = f"{settings.key_prefix}.maint"  #: periodic and on-demand maintenance

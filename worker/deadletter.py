@@ -2,12 +2,24 @@
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Protocol
 
-from worker.context import WorkerContext
+from redis import Redis
+
+from producer.keys import Keys
 
 
-def list_dead(ctx: WorkerContext, count: int = 20) -> list[dict[str, Any]]:
+class Streams(Protocol):
+    """What these functions use of a WorkerContext (the CLI passes a lighter one)."""
+
+    @property
+    def redis(self) -> Redis: ...
+
+    @property
+    def keys(self) -> Keys: ...
+
+
+def list_dead(ctx: Streams, count: int = 20) -> list[dict[str, Any]]:
     """The oldest ``count`` dead-lettered jobs (payload shown as its size and first bytes)."""
     rows = []
     for entry_id, fields in ctx.redis.xrange(ctx.keys.dead(), count=count):
@@ -27,7 +39,7 @@ def list_dead(ctx: WorkerContext, count: int = 20) -> list[dict[str, Any]]:
     return rows
 
 
-def retry_dead(ctx: WorkerContext, count: int = 20) -> int:
+def retry_dead(ctx: Streams, count: int = 20) -> int:
     """Put the oldest ``count`` dead jobs back on their shard streams (e.g. after a fix)."""
     moved = 0
     for entry_id, fields in ctx.redis.xrange(ctx.keys.dead(), count=count):
@@ -40,7 +52,7 @@ def retry_dead(ctx: WorkerContext, count: int = 20) -> int:
     return moved
 
 
-def purge_dead(ctx: WorkerContext) -> int:
+def purge_dead(ctx: Streams) -> int:
     """Drop every dead-lettered job; return how many there were."""
     pipe = ctx.redis.pipeline(transaction=True)
     pipe.xlen(ctx.keys.dead())

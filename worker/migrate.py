@@ -17,6 +17,7 @@ from typing import Any
 
 import msgpack
 
+from producer.errors import ZettelqError
 from producer.protocol import pack_link
 from worker.context import WorkerContext
 
@@ -25,7 +26,7 @@ log = logging.getLogger(__name__)
 SCAN_COUNT = 1_000  #: keys per SCAN step
 
 
-class MigrationRefused(Exception):
+class MigrationRefused(ZettelqError):
     """A worker holds a shard lease: migrating under it could lose its writes."""
 
 

@@ -2,12 +2,21 @@
 
 from __future__ import annotations
 
+import logging
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Literal
 
 from pydantic import Field, SecretStr, model_validator
 
-from producer.settings import ProducerSettings
+from producer.settings import ProducerSettings, unknown_variables
+
+log = logging.getLogger(__name__)
+
+#: ZQ_ variables read outside the settings classes: by the CLI and by the test suite
+OTHER_VARIABLES = frozenset({"ZQ_DEBUG", "ZQ_TEST_REDIS_URL"})
+
+_warned: set[str] = set()  #: unknown-variable warnings this process has given
 
 
 class WorkerSettings(ProducerSettings):
@@ -317,3 +326,13 @@ class WorkerSettings(ProducerSettings):
     @property
     def broker(self) -> str:
         return self.broker_url or self.redis_url
+
+
+def warn_unknown_variables(environ: Mapping[str, str]) -> None:
+    """Warn, once per process, of each ZQ_ variable in ``environ`` that nothing reads, naming the
+    closest real one (a misspelt setting is otherwise silently ignored)."""
+    known = WorkerSettings.variable_names() | OTHER_VARIABLES
+    for message in unknown_variables(environ, known, WorkerSettings.nested_names()):
+        if message not in _warned:
+            _warned.add(message)
+            log.warning("%s", message)

@@ -123,14 +123,14 @@ def test_a_worker_runs_what_beat_sends_and_stats_show_each_run(settings, redis_d
         assert stats.jobs["importance"].at > 0
         assert any(mem.get(nid, namespace="beat").importance != 0.5 for nid in ids)
     out = subprocess.run(
-        [sys.executable, "-m", "worker.cli", "runs"],
+        [sys.executable, "-m", "worker.cli", "runs", "--json"],
         env=worker_env(settings),
         capture_output=True,
         check=True,
     )
     runs = {r["job"]: r for r in map(json.loads, out.stdout.splitlines())}
     assert set(runs) == {*JOBS, "snapshot"}
-    assert all(r["at"] > 0 and r["namespaces"] >= 0 for r in runs.values())
+    assert all(r["at"].endswith("Z") and r["namespaces"] >= 0 for r in runs.values())
 
 
 def test_organise_is_answered_by_a_worker_process(settings):
@@ -157,13 +157,22 @@ def test_the_cli_organises_a_namespace_through_a_worker(settings):
         work = {r["job"]: r["work"] for r in done["runs"]}
         assert done["done"] and work["consolidate"] == 1
         lines = subprocess.run(
-            [sys.executable, "-m", "worker.cli", "organise", "cli", "--jobs", "importance"],
+            [
+                sys.executable,
+                "-m",
+                "worker.cli",
+                "organise",
+                "cli",
+                "--jobs",
+                "importance",
+                "--json",
+            ],
             env=env,
             capture_output=True,
             check=True,
             text=True,
         ).stdout.splitlines()
-        assert len(lines) == 1 and lines[0].startswith("importance")
+        assert len(lines) == 1 and json.loads(lines[0])["job"] == "importance"
 
 
 def test_the_cli_reports_a_failed_organise_without_a_worker(settings):
@@ -173,4 +182,5 @@ def test_the_cli_reports_a_failed_organise_without_a_worker(settings):
         capture_output=True,
         text=True,
     )
-    assert out.returncode != 0 and "ReplyTimeout" in out.stderr
+    assert out.returncode == 1 and out.stderr.startswith("zettelq: error: no reply")
+    assert "is a worker running?" in out.stderr and len(out.stderr.splitlines()) == 1

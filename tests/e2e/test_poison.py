@@ -78,7 +78,8 @@ def test_poison_jobs_are_dead_lettered_and_batch_mates_organised(own_settings, o
         for nid in good:
             assert mem.get(nid, namespace=NS).content.startswith("good note")
         rows = [
-            json.loads(line) for line in _dead(own_settings, "list", "--count", "50").splitlines()
+            json.loads(line)
+            for line in _dead(own_settings, "list", "--count", "50", "--json").splitlines()
         ]
         assert len(rows) == len(POISON) + 1
         reasons = [r["reason"] for r in rows]

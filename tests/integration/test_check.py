@@ -34,14 +34,14 @@ def test_check_passes_a_consistent_namespace_and_names_a_one_sided_link(
     ids = client.store_many(TEXTS, namespace="c1")
     client.store_many(TEXTS, namespace="c2")
     drain_all(ctx)
-    assert main(["check", "-n", "c1"]) == 0
+    assert main(["check", "-n", "c1", "--json"]) == 0
     assert _report(capsys) == {"c1": []}
 
     a = ids[0]
     b = next(iter(client.get(a, namespace="c1").links))
     ctx.redis.hdel(ctx.keys.links("c1", b), a)  # one end of the link gone
 
-    assert main(["check", "--all"]) == 1
+    assert main(["check", "--all", "--json"]) == 1
     report = _report(capsys)
     assert report["c2"] == []
     assert report["c1"] == [f"link {a} -> {b} is one-sided or weighted differently"]

@@ -1,0 +1,119 @@
+"""What a ``zettelq`` command prints: a table on stdout for people, or with ``--json`` one JSON
+object per line for scripts. Epoch times become ISO 8601 in UTC (``2026-12-01T21:30:00Z``), and
+an empty result says so in words ("no matches") where a table would print nothing."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from datetime import UTC, datetime
+
+from rich import box
+from rich.console import Console
+from rich.table import Table
+from rich.text import Text
+
+from worker.settings import WorkerSettings
+
+#: what runs one subcommand: its settings, parsed arguments and the arguments it did not know
+Handler = Callable[[WorkerSettings, argparse.Namespace, list[str]], int]
+
+#: field names whose numbers are epoch seconds (0 = never)
+TIME_KEYS = frozenset(
+    {"at", "created_at", "updated_at", "event_time", "valid_to", "last_access", "as_of"}
+)
+#: field names whose mapping values are epoch seconds (Stats.last: job -> time)
+TIME_MAPS = frozenset({"last"})
+
+
+def iso_time(ts: float) -> str:
+    """Epoch seconds as ISO 8601 in UTC to the second: ``2026-12-01T21:30:00Z``."""
+    return datetime.fromtimestamp(ts, UTC).isoformat(timespec="seconds").replace("+00:00", "Z")
+
+
+def readable(row: Mapping[str, object]) -> dict[str, object]:
+    """``row`` with every epoch time in it (nested ones too) as ISO 8601; 0 becomes None."""
+    return {key: _readable_value(key, value) for key, value in row.items()}
+
+
+def _readable_value(key: str, value: object) -> object:
+    if key in TIME_KEYS and isinstance(value, int | float) and not isinstance(value, bool):
+        return iso_time(value) if value > 0 else None
+    if key in TIME_MAPS and isinstance(value, Mapping):
+        return {k: _readable_value("at", v) for k, v in value.items()}
+    if isinstance(value, Mapping):
+        return readable(value)
+    if isinstance(value, list):
+        return [readable(v) if isinstance(v, Mapping) else v for v in value]
+    return value
+
+
+def add_output_options(parser: argparse.ArgumentParser) -> None:
+    """``--json`` on a subcommand that prints results."""
+    parser.add_argument(
+        "--json", action="store_true", help="one JSON object per line instead of a table"
+    )
+
+
+@dataclass(frozen=True)
+class Printer:
+    """Prints a command's results as tables and lines, or as JSON lines when ``as_json``."""
+
+    as_json: bool = False
+
+    @classmethod
+    def of(cls, args: argparse.Namespace) -> Printer:
+        return cls(as_json=bool(getattr(args, "json", False)))
+
+    def rows(
+        self, rows: Iterable[Mapping[str, object]], columns: Sequence[str], empty: str
+    ) -> None:
+        """A table of ``columns`` (JSON: every field of each row), or ``empty`` when none."""
+        shown = [readable(row) for row in rows]
+        if self.as_json:
+            for row in shown:
+                self._write(json.dumps(row, default=str))
+        elif not shown:
+            self._write(empty)
+        else:
+            table = Table(*columns, box=box.SIMPLE_HEAD)
+            for row in shown:
+                table.add_row(*(Text(cell(row.get(c))) for c in columns))
+            self._print(table)
+
+    def record(self, row: Mapping[str, object]) -> None:
+        """One object: a two-column table of its fields (JSON: one line)."""
+        shown = readable(row)
+        if self.as_json:
+            self._write(json.dumps(shown, default=str))
+            return
+        table = Table(show_header=False, box=None)
+        table.add_column(style="bold")
+        table.add_column()
+        for key, value in shown.items():
+            table.add_row(Text(key), Text(cell(value)))
+        self._print(table)
+
+    def message(self, text: str, /, **fields: object) -> None:
+        """A sentence for people; ``fields`` as one JSON object for scripts."""
+        self._write(json.dumps(fields, default=str) if self.as_json else text)
+
+    def _write(self, text: str) -> None:
+        sys.stdout.write(text + "\n")
+
+    def _print(self, table: Table) -> None:
+        Console(file=sys.stdout, highlight=False).print(table)
+
+
+def cell(value: object) -> str:
+    """A table cell: floats to 3 decimals, mappings and lists as compact JSON, None empty."""
+    if value is None:
+        return ""
+    if isinstance(value, float):
+        return f"{value:.3f}"
+    if isinstance(value, Mapping | list):
+        return json.dumps(value, default=str, separators=(",", ":"))
+    return str(value)
