@@ -69,7 +69,7 @@ class ProducerSettings(BaseSettings):
 
     @classmethod
     def nested_names(cls) -> frozenset[str]:
-        """The variables of mapping settings, whose keys may follow as ZQ_NAME__KEY."""
+        """The variables of mapping settings, whose keys may follow: ZQ_NAMESPACE_KEYS__ACME."""
         fields = cls.model_fields.items()
         return frozenset(
             f"{ENV_PREFIX}{name.upper()}"

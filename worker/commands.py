@@ -98,7 +98,7 @@ def _connected(settings: WorkerSettings, args: argparse.Namespace, rest: list[st
     with MemoryClient(settings) as mem:
         mem.get(args.id, namespace=args.namespace)  # NotFound for an unknown note
         found = mem.connected(args.id, namespace=args.namespace, max_hops=args.hops)
-    columns = ("hop", "id", "via", "weight", "label", "content")
+    columns = ("hop", "id", "weight", "label", "content")  # --json adds via
     Printer.of(args).rows((n.model_dump() for n in found), columns, "no linked notes")
     return 0
 

@@ -25,6 +25,8 @@ Handler = Callable[[WorkerSettings, argparse.Namespace, list[str]], int]
 TIME_KEYS = frozenset(
     {"at", "created_at", "updated_at", "event_time", "valid_to", "last_access", "as_of"}
 )
+#: columns whose text wraps in a table; the others (ids, numbers, times) are kept whole
+WRAPPED = frozenset({"content", "reason", "problems", "fields"})
 #: field names whose mapping values are epoch seconds (Stats.last: job -> time)
 TIME_MAPS = frozenset({"last"})
 
@@ -79,7 +81,9 @@ class Printer:
         elif not shown:
             self._write(empty)
         else:
-            table = Table(*columns, box=box.SIMPLE_HEAD)
+            table = Table(box=box.SIMPLE_HEAD)
+            for column in columns:
+                table.add_column(column, no_wrap=column not in WRAPPED)
             for row in shown:
                 table.add_row(*(Text(cell(row.get(c))) for c in columns))
             self._print(table)
