@@ -151,6 +151,7 @@ def _searcher(settings: WorkerSettings, args: argparse.Namespace, rest: list[str
     for signum in (signal.SIGTERM, signal.SIGINT):
         signal.signal(signum, lambda *_: stopped.set())
     ctx = WorkerContext.build(settings)
+    ctx.redis.ping()  # a dead Redis is one error line now, not a retry loop
     server = SearchServer(ctx, settings.search_threads).start()
     snapshotter = Snapshotter(ctx).start()
     log.info("zettelq searcher ready: threads=%d", settings.search_threads)

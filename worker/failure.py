@@ -11,6 +11,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from urllib.parse import urlsplit, urlunsplit
 
+from redis.exceptions import RedisError
+
 from producer import InvalidInput, Unavailable, ZettelqError
 
 EXIT_FAILED = 1  #: the command could not do its work
@@ -47,7 +49,7 @@ def describe(exc: Exception, command: str, redis_url: str | None) -> Failure:
             return Failure(f"{needs}: pip install 'zettelq[{extra}]'", EXIT_FAILED)
     if isinstance(exc, InvalidInput):
         return Failure(one_line(str(exc)), EXIT_USAGE)
-    if isinstance(exc, Unavailable):
+    if isinstance(exc, Unavailable) and isinstance(exc.__cause__, RedisError):
         return Failure(unreachable(exc, redis_url), EXIT_FAILED)
     if isinstance(exc, ZettelqError):
         return Failure(one_line(str(exc)), EXIT_FAILED)

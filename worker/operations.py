@@ -10,9 +10,11 @@ from dataclasses import asdict, dataclass
 
 from redis import Redis
 
+from producer import Unavailable
 from producer.core import redis_kwargs
 from producer.keys import Keys
 from worker.console import Handler, Printer, add_output_options
+from worker.failure import redacted
 from worker.settings import WorkerSettings
 
 #: the columns of a dead letter's table row
@@ -109,9 +111,7 @@ def _check(settings: WorkerSettings, args: argparse.Namespace, rest: list[str]) 
 def _reembed(settings: WorkerSettings, args: argparse.Namespace, rest: list[str]) -> int:
     out = Printer.of(args)
     if not args.wait:
-        from worker.tasks import send_reembed
-
-        send_reembed(args.namespace)
+        _send_reembed(settings, args.namespace)
         out.message(f"queued zq.reembed of {args.namespace}", namespace=args.namespace)
         return 0
     from worker.context import WorkerContext
@@ -124,6 +124,20 @@ def _reembed(settings: WorkerSettings, args: argparse.Namespace, rest: list[str]
         ctx.close()
     out.message(f"reembedded {done} notes", namespace=args.namespace, reembedded=done)
     return 0
+
+
+def _send_reembed(settings: WorkerSettings, namespace: str) -> None:
+    from kombu.exceptions import OperationalError
+
+    from worker.tasks import send_reembed
+
+    try:
+        send_reembed(namespace)
+    except OperationalError as exc:
+        raise Unavailable(
+            f"cannot reach the Celery broker at {redacted(settings.broker)} ({exc}); is Redis"
+            " running? `zettelq dev` starts one"
+        ) from exc
 
 
 def _migrate(settings: WorkerSettings, args: argparse.Namespace, rest: list[str]) -> int:

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from redis.exceptions import ConnectionError as RedisConnectionError
+
 from producer import InvalidSetting, NotFound, Unavailable
 from worker.failure import EXIT_FAILED, EXIT_USAGE, describe, redacted
 
@@ -16,7 +18,7 @@ def test_each_kind_of_error_has_its_line_and_code() -> None:
     )
     assert describe(NotFound("no active note 'x'"), "get", None).code == EXIT_FAILED
     down = Unavailable("Redis unavailable")
-    down.__cause__ = ConnectionRefusedError("Connection refused")
+    down.__cause__ = RedisConnectionError("Connection refused")
     assert describe(down, "stats", "redis://:pw@h:1/0").message == (
         "cannot reach Redis at redis://:***@h:1/0 (Connection refused); is Redis running?"
         " `zettelq dev` starts one"
