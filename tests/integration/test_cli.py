@@ -161,6 +161,8 @@ def test_search_and_dead_print_json_lines_that_parse(
     table = zettelq("search", "Snowflake key-pair", "-n", NS).stdout
     assert "score" in table and stored["auth"] in table
     assert zettelq("search", "Snowflake", "-n", "nothing-here").stdout == "no matches\n"
+    floor = zettelq("search", "lunch on Friday", "-n", NS, "--min-relevance", "0.9", "--json")
+    assert [json.loads(line)["id"] for line in floor.stdout.splitlines()] == [stored["lunch"]]
 
 
 def test_get_prints_a_readable_note_with_iso_times(stored: dict[str, str]) -> None:
