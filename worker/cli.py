@@ -40,7 +40,7 @@ from importlib.metadata import version
 from producer.core import redis_errors
 from worker import commands, operations
 from worker.console import Handler
-from worker.failure import EXIT_INTERRUPTED, describe
+from worker.failure import EXIT_BROKEN_PIPE, EXIT_INTERRUPTED, describe
 from worker.settings import WorkerSettings, warn_unknown_variables
 
 log = logging.getLogger(__name__)
@@ -51,6 +51,8 @@ PROCESSES = frozenset({"dev", "searcher"})
 CELERY_COMMANDS = frozenset({"worker", "beat"})
 #: values of ZQ_DEBUG that turn tracebacks on
 TRUE = frozenset({"1", "true", "yes", "on"})
+#: modules whose add_commands(sub) adds their subcommands and returns their handlers by name
+COMMAND_MODULES = (commands, operations)
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -70,9 +72,14 @@ def _run(handler: Handler, args: argparse.Namespace, rest: list[str], debug: boo
     try:
         settings = WorkerSettings()
         with redis_errors():
-            return int(handler(settings, args, rest) or 0)
+            code = int(handler(settings, args, rest) or 0)
+        sys.stdout.flush()  # a closed pipe fails here, not at exit
+        return code
     except KeyboardInterrupt:
         return EXIT_INTERRUPTED
+    except BrokenPipeError:  # the reader left (`zettelq search x --json | head -1`)
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())  # no second error at exit
+        return EXIT_BROKEN_PIPE
     except Exception as exc:
         if debug:
             traceback.print_exc()
@@ -106,7 +113,7 @@ def _parser() -> tuple[argparse.ArgumentParser, dict[str, Handler]]:
     p.add_argument("--version", action="version", version=f"zettelq {version('zettelq')}")
     sub = p.add_subparsers(dest="command", required=True)
     handlers = _add_processes(sub)
-    for module in (commands, operations):
+    for module in COMMAND_MODULES:
         handlers.update(module.add_commands(sub))
     for parser in (p, *sub.choices.values()):  # before or after the subcommand
         parser.add_argument(

@@ -2,7 +2,8 @@
 
 Exit codes: 0 done; 1 failed (Redis unreachable, no such note, no reply in time, a job failed, an
 extra not installed, ``check`` found problems); 2 bad usage or input (as argparse: an unknown
-argument, a bad namespace or id, a bad ``ZQ_`` setting); 130 interrupted (Ctrl-C).
+argument, a bad namespace or id, a bad ``ZQ_`` setting); 130 interrupted (Ctrl-C); 141 stdout
+closed by its reader (``| head``). The last two print nothing.
 ``--debug`` (or ``ZQ_DEBUG=1``) prints the traceback before the line.
 """
 
@@ -18,6 +19,7 @@ from producer import InvalidInput, Unavailable, ZettelqError
 EXIT_FAILED = 1  #: the command could not do its work
 EXIT_USAGE = 2  #: bad arguments, input or settings (argparse's code)
 EXIT_INTERRUPTED = 130  #: Ctrl-C (128 + SIGINT)
+EXIT_BROKEN_PIPE = 141  #: the reader of stdout went away (128 + SIGPIPE), as for `| head`
 
 #: top-level module of an optional dependency -> the extra that installs it
 EXTRAS = {

@@ -108,6 +108,16 @@ def test_ctrl_c_exits_130_quietly(cli_env: WorkerSettings) -> None:
     assert (proc.returncode, out, err) == (130, "", "")
 
 
+def test_a_reader_that_leaves_ends_it_quietly(cli_env: WorkerSettings) -> None:
+    """As ``zettelq dead list | head -0``: stdout is closed before the command writes."""
+    command = [sys.executable, "-m", "worker.cli", "dead", "list"]
+    with subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE) as proc:
+        assert proc.stdout is not None and proc.stderr is not None
+        proc.stdout.close()
+        assert proc.wait(timeout=30) == 141
+        assert proc.stderr.read() == b""
+
+
 def test_an_unknown_variable_is_warned_of_once_with_the_closest_name(
     cli_env: WorkerSettings,
 ) -> None:
