@@ -35,7 +35,7 @@ import threading
 import time
 import traceback
 from collections.abc import Sequence
-from importlib.metadata import version
+from importlib.metadata import PackageNotFoundError, version
 
 from producer.core import redis_errors
 from worker import commands, operations
@@ -110,7 +110,7 @@ class _Formatter(logging.Formatter):
 def _parser() -> tuple[argparse.ArgumentParser, dict[str, Handler]]:
     """The parser, and the handler of each subcommand by name."""
     p = argparse.ArgumentParser(prog="zettelq", description=__doc__.split("\n\n")[0])
-    p.add_argument("--version", action="version", version=f"zettelq {version('zettelq')}")
+    p.add_argument("--version", action="version", version=f"zettelq {_version()}")
     sub = p.add_subparsers(dest="command", required=True)
     handlers = _add_processes(sub)
     for module in COMMAND_MODULES:
@@ -123,6 +123,13 @@ def _parser() -> tuple[argparse.ArgumentParser, dict[str, Handler]]:
             help="print the traceback of an error (also ZQ_DEBUG=1)",
         )
     return p, handlers
+
+
+def _version() -> str:
+    try:
+        return version("zettelq")
+    except PackageNotFoundError:  # run from a checkout that was never installed
+        return "(not installed)"
 
 
 def _add_processes(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> dict[str, Handler]:
