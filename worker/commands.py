@@ -7,7 +7,7 @@ from __future__ import annotations
 import argparse
 import logging
 
-from producer import InvalidInput, MemoryClient, NotFound
+from producer import Conflict, InvalidInput, MemoryClient, NotFound
 from producer.proposals import STATUSES
 from worker.console import Handler, Printer, add_output_options
 from worker.settings import WorkerSettings
@@ -142,11 +142,13 @@ def _organise(settings: WorkerSettings, args: argparse.Namespace, rest: list[str
             args.namespace, wait=not args.no_wait, timeout_s=args.timeout, jobs=jobs
         )
     out = Printer.of(args)
-    if not done.done:
-        out.message(f"queued organise of {done.namespace} (job {done.job_id})", **done.model_dump())
-        return 0
-    columns = ("job", "work", "seconds", "at")
-    out.rows((r.model_dump() for r in done.runs), columns, f"no jobs ran on {done.namespace}")
+    if out.as_json:  # one line: done, job_id and the runs
+        out.record(done.model_dump())
+    elif not done.done:
+        out.message(f"queued organise of {done.namespace} (job {done.job_id})")
+    else:
+        columns = ("job", "work", "seconds", "at")
+        out.rows((r.model_dump() for r in done.runs), columns, f"no jobs ran on {done.namespace}")
     return 0
 
 
@@ -161,7 +163,11 @@ def _proposals(settings: WorkerSettings, args: argparse.Namespace, rest: list[st
         if args.id is None:
             raise InvalidInput(f"proposals {args.action} needs a proposal id")
         step = {"accept": mem.accept, "reject": mem.reject, "revert": mem.revert}[args.action]
-        out.record(step(args.id, namespace=args.namespace, agent="cli").model_dump())
+        try:
+            done = step(args.id, namespace=args.namespace, agent="cli")
+        except (Conflict, NotFound) as exc:
+            raise type(exc)(f"{args.action} refused: {exc}") from exc
+        out.record(done.model_dump())
     return 0
 
 

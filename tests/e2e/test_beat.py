@@ -172,7 +172,9 @@ def test_the_cli_organises_a_namespace_through_a_worker(settings):
             check=True,
             text=True,
         ).stdout.splitlines()
-        assert len(lines) == 1 and json.loads(lines[0])["job"] == "importance"
+        assert len(lines) == 1 and [r["job"] for r in json.loads(lines[0])["runs"]] == [
+            "importance"
+        ]
 
 
 def test_the_cli_reports_a_failed_organise_without_a_worker(settings):

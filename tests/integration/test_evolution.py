@@ -357,13 +357,13 @@ def test_the_cli_lists_and_reviews_proposals(propose_ctx, monkeypatch, capsys):
         seed(propose_ctx, mem)
     evolve_namespace(propose_ctx, NS)
 
-    assert cli.main(["proposals", "list", "-n", NS, "--status", "pending"]) == 0
+    assert cli.main(["proposals", "list", "-n", NS, "--status", "pending", "--json"]) == 0
     listed = [json.loads(line) for line in capsys.readouterr().out.splitlines()]
     assert [p["note"] for p in listed] == ["n"]
-    assert cli.main(["proposals", "accept", listed[0]["id"], "-n", NS]) == 0
+    assert cli.main(["proposals", "accept", listed[0]["id"], "-n", NS, "--json"]) == 0
     assert json.loads(capsys.readouterr().out)["status"] == "applied"
     assert cli.main(["proposals", "reject", listed[0]["id"], "-n", NS]) == 1
-    assert "refused" in capsys.readouterr().err
+    assert capsys.readouterr().err.startswith("zettelq: error: reject refused: ")
 
 
 def llm_build(tmp_path, url: str, mode: str = "apply") -> WorkerContext:
