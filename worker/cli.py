@@ -17,6 +17,7 @@ zettelq runs                the last beat run of each periodic job (over all nam
 zettelq proposals list|accept|reject|revert [ID]   review evolution proposals
 zettelq migrate             convert links stored before 2026-12-01 (every worker stopped)
 zettelq check [-n NS|--all] check that notes and links are consistent (exit 1 if not)
+zettelq health [--role R] [--host H]   exit 0 when a matching process is alive (healthchecks)
 
 Results print as a table, or with --json as one JSON object per line. An error is one line on
 stderr (``zettelq: error: ...``) with exit code 1, or 2 for bad usage, input or settings (see
@@ -38,7 +39,7 @@ from collections.abc import Sequence
 from importlib.metadata import PackageNotFoundError, version
 
 from producer.core import redis_errors
-from worker import commands, operations
+from worker import commands, health, operations
 from worker.console import Handler
 from worker.failure import EXIT_BROKEN_PIPE, EXIT_INTERRUPTED, describe
 from worker.settings import WorkerSettings, warn_unknown_variables
@@ -52,7 +53,7 @@ CELERY_COMMANDS = frozenset({"worker", "beat"})
 #: values of ZQ_DEBUG that turn tracebacks on
 TRUE = frozenset({"1", "true", "yes", "on"})
 #: modules whose add_commands(sub) adds their subcommands and returns their handlers by name
-COMMAND_MODULES = (commands, operations)
+COMMAND_MODULES = (commands, operations, health)
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -158,6 +159,7 @@ def _worker(settings: WorkerSettings, args: argparse.Namespace, rest: list[str])
 
 def _searcher(settings: WorkerSettings, args: argparse.Namespace, rest: list[str]) -> int:
     from worker.context import WorkerContext
+    from worker.heartbeat import ProcessHeartbeat
     from worker.server import SearchServer
     from worker.snapshot import Snapshotter
 
@@ -168,8 +170,10 @@ def _searcher(settings: WorkerSettings, args: argparse.Namespace, rest: list[str
     ctx.redis.ping()  # a dead Redis is one error line now, not a retry loop
     server = SearchServer(ctx, settings.search_threads).start()
     snapshotter = Snapshotter(ctx).start()
+    heartbeat = ProcessHeartbeat(settings, "searcher", consumer=ctx.consumer).start()
     log.info("zettelq searcher ready: threads=%d", settings.search_threads)
     stopped.wait()
+    heartbeat.stop()
     snapshotter.stop()
     server.stop()
     ctx.close()

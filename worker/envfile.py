@@ -69,7 +69,7 @@ def comment(text: str) -> list[str]:
 
 
 def entry(name: str, field: FieldInfo) -> list[str]:
-    """One setting: its description, then ``# ZQ_NAME=default``."""
+    """One setting: its description, then ``# ZQ_<NAME>=default``."""
     if not field.description:
         raise ValueError(f"ZQ_{name.upper()} has no description (a docstring under the field)")
     default = field.get_default(call_default_factory=True)

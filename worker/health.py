@@ -16,9 +16,6 @@ import sys
 import time
 from collections import Counter
 from collections.abc import Sequence
-from datetime import UTC, datetime
-from typing import Any
-from urllib.parse import urlsplit, urlunsplit
 
 from redis import Redis
 from redis.exceptions import RedisError
@@ -26,17 +23,21 @@ from redis.exceptions import RedisError
 from producer.core import redis_kwargs
 from producer.keys import Keys
 from producer.settings import ProducerSettings
+from worker.console import Handler, iso_time
+from worker.failure import redacted
 from worker.heartbeat import ROLES, Process, live_processes
+from worker.settings import WorkerSettings
 
 HEALTHY_STATES = frozenset({"running", "leader", "standby"})  #: "stale": a wedged beat leader
 
 
-def add_parser(sub: Any) -> None:
-    """Register ``health`` on the ``zettelq`` subcommands."""
+def add_commands(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> dict[str, Handler]:
+    """Add ``health`` to the ``zettelq`` subcommands; return its handler."""
     p = sub.add_parser("health", help="exit 0 when a matching process is alive (healthchecks)")
     p.add_argument("--role", choices=ROLES, help="only processes of this role")
     p.add_argument("--host", help="only processes on this host (as `hostname` prints it)")
     p.add_argument("--json", action="store_true", help="print the verdict and processes as JSON")
+    return {"health": run}
 
 
 def verdict(
@@ -56,15 +57,6 @@ def verdict(
     return matching, f"no live {what} (live heartbeats: {elsewhere})"
 
 
-def safe_url(url: str) -> str:
-    """``url`` without its password."""
-    parts = urlsplit(url)
-    if parts.password is None:
-        return url
-    netloc = parts.netloc.replace(f":{parts.password}@", ":***@", 1)
-    return urlunsplit(parts._replace(netloc=netloc))
-
-
 def read_live(settings: ProducerSettings) -> list[Process]:
     """The live heartbeats in the settings' Redis (raises RedisError when it does not answer)."""
     keys = Keys(settings.key_prefix, settings.shard_count)
@@ -77,13 +69,13 @@ def read_live(settings: ProducerSettings) -> list[Process]:
         r.close()
 
 
-def run(settings: ProducerSettings, args: argparse.Namespace, rest: list[str]) -> int:
+def run(settings: WorkerSettings, args: argparse.Namespace, rest: list[str]) -> int:
     """The ``health`` command; its exit code."""
     matching, reason = check(settings, args.role, args.host)
     if args.json:
         rows = [_row(p) for p in matching]
         body = {"healthy": reason is None, "reason": reason, "processes": rows}
-        sys.stdout.write(json.dumps(body, indent=2) + "\n")
+        sys.stdout.write(json.dumps(body) + "\n")
     elif reason is None:
         sys.stdout.write(_table(matching))
     else:
@@ -98,12 +90,8 @@ def check(
     try:
         live = read_live(settings)
     except RedisError as exc:
-        return [], f"Redis at {safe_url(settings.redis_url)} does not answer: {exc}"
+        return [], f"Redis at {redacted(settings.redis_url)} does not answer: {exc}"
     return verdict(live, role, host)
-
-
-def _iso(ts: float) -> str:
-    return datetime.fromtimestamp(ts, UTC).isoformat(timespec="seconds").replace("+00:00", "Z")
 
 
 def _row(p: Process) -> dict[str, object]:
@@ -112,8 +100,8 @@ def _row(p: Process) -> dict[str, object]:
         "host": p.host,
         "pid": p.pid,
         "state": p.state,
-        "started": _iso(p.started),
-        "last_beat": _iso(p.beat),
+        "started": iso_time(p.started),
+        "last_beat": iso_time(p.beat),
         "version": p.version,
         "consumer": p.consumer,
     }
@@ -128,7 +116,7 @@ def _table(processes: Sequence[Process]) -> str:
             p.host,
             str(p.pid),
             p.state,
-            _iso(p.started),
+            iso_time(p.started),
             f"{now - p.beat:.1f}s ago",
             p.version,
         )

@@ -62,5 +62,5 @@ def test_uncommenting_every_default_changes_no_setting(
 
 
 def test_a_setting_without_a_description_cannot_be_rendered() -> None:
-    with pytest.raises(ValueError, match="ZQ_UNDOCUMENTED has no description"):
+    with pytest.raises(ValueError, match="_UNDOCUMENTED has no description"):
         entry("undocumented", FieldInfo(default=1))

@@ -3,7 +3,8 @@ none does. Pure: no Redis."""
 
 from __future__ import annotations
 
-from worker.health import safe_url, verdict
+from worker.failure import redacted
+from worker.health import verdict
 from worker.heartbeat import Process
 
 
@@ -63,6 +64,6 @@ def test_one_healthy_beat_among_stale_ones_passes() -> None:
 
 
 def test_safe_url_hides_the_password_only() -> None:
-    assert safe_url("redis://:s3cret@redis:6379/0") == "redis://:***@redis:6379/0"
-    assert safe_url("rediss://zq:s3cret@redis:6380/1") == "rediss://zq:***@redis:6380/1"
-    assert safe_url("redis://redis:6379/0") == "redis://redis:6379/0"
+    assert redacted("redis://:s3cret@redis:6379/0") == "redis://:***@redis:6379/0"
+    assert redacted("rediss://zq:s3cret@redis:6380/1") == "rediss://zq:***@redis:6380/1"
+    assert redacted("redis://redis:6379/0") == "redis://redis:6379/0"
