@@ -4,7 +4,8 @@ self-organising Zettelkasten tutorial).
 A cluster is a connected group of at least MIN_CLUSTER active notes (insights and superseded
 notes left out) held together by topical links (not STRUCTURAL_REASONS such as "sequence") of
 weight >= ``consolidate_min_weight``; a group larger than ``consolidate_max_cluster`` is split
-along its weakest links until every part fits. Each
+along its weakest links until every part fits (computed bottom up, in one pass over the
+links, however many distinct weights they have). Each
 cluster gets an insight note (kind ``insight``): an extractive summary by default — the first
 sentence of its most central members, at most INSIGHT_MAX_CHARS — or the LLM's summary when one
 is configured and answers well (any LLM failure falls back to the extractive summary). The
@@ -26,6 +27,7 @@ every insight of the run in one MULTI/EXEC under the lock.
 from __future__ import annotations
 
 import hashlib
+import itertools
 import logging
 import re
 import time
@@ -91,13 +93,68 @@ def find_clusters(
     links: Adjacency, min_weight: float, max_size: int, min_size: int = MIN_CLUSTER
 ) -> list[tuple[str, ...]]:
     """Groups of notes joined by links of at least ``min_weight``, each of ``min_size`` to
-    ``max_size`` notes, as sorted id tuples in sorted order."""
-    strong = {
-        a: {b: w for b, w in nbs.items() if w >= min_weight and b in links and b != a}
-        for a, nbs in links.items()
-    }
-    parts = [p for comp in _components(strong, strong) for p in _split(comp, strong, max_size)]
-    return sorted(tuple(sorted(p)) for p in parts if len(p) >= min_size)
+    ``max_size`` notes, as sorted id tuples in sorted order.
+
+    A connected group larger than ``max_size`` is split along its weakest links, and each part
+    again until every part fits. That is single-linkage clustering cut at ``max_size``, so it is
+    built bottom up instead (no recursion, one pass over the links): parts grow by joining over
+    the links from the strongest weight down, all links of one weight at once, and a group of
+    parts that one weight would join into more than ``max_size`` notes is final as it stands."""
+    edges = sorted(
+        (
+            (w, a, b)
+            for a, nbs in links.items()
+            for b, w in nbs.items()
+            if w >= min_weight and b in links and b != a
+        ),
+        key=lambda edge: -edge[0],
+    )
+    forest = _Forest(links)
+    for _, level in itertools.groupby(edges, key=lambda edge: edge[0]):
+        forest.join([(a, b) for _, a, b in level], max_size)
+    return sorted(tuple(sorted(p)) for p in forest.parts() if len(p) >= min_size)
+
+
+class _Forest:
+    """Union-find over note ids for ``find_clusters``: each tree is a part; a frozen part never
+    joins another (a group it was in grew past the size cap)."""
+
+    def __init__(self, ids: Iterable[str]) -> None:
+        self.parent = {nid: nid for nid in ids}
+        self.size = dict.fromkeys(self.parent, 1)
+        self.frozen: set[str] = set()
+
+    def root(self, nid: str) -> str:
+        top = nid
+        while self.parent[top] != top:
+            top = self.parent[top]
+        while self.parent[nid] != top:  # path compression
+            self.parent[nid], nid = top, self.parent[nid]
+        return top
+
+    def join(self, pairs: Sequence[tuple[str, str]], max_size: int) -> None:
+        """Join the parts that ``pairs`` (the links of one weight) connect, group by group,
+        where the group fits in ``max_size`` and holds no frozen part; freeze the others."""
+        adj: dict[str, dict[str, float]] = {}
+        for a, b in pairs:
+            ra, rb = self.root(a), self.root(b)
+            if ra != rb:
+                adj.setdefault(ra, {})[rb] = 0.0
+                adj.setdefault(rb, {})[ra] = 0.0
+        for group in _components(adj, adj):
+            if sum(self.size[r] for r in group) > max_size or group & self.frozen:
+                self.frozen |= group
+                continue
+            top, *rest = sorted(group)
+            for r in rest:
+                self.parent[r] = top
+                self.size[top] += self.size.pop(r)
+
+    def parts(self) -> list[set[str]]:
+        out: dict[str, set[str]] = {}
+        for nid in self.parent:
+            out.setdefault(self.root(nid), set()).add(nid)
+        return list(out.values())
 
 
 def _components(adj: Adjacency, nodes: Iterable[str]) -> list[set[str]]:
@@ -114,15 +171,6 @@ def _components(adj: Adjacency, nodes: Iterable[str]) -> list[set[str]]:
         seen |= comp
         out.append(comp)
     return out
-
-
-def _split(comp: set[str], adj: Adjacency, max_size: int) -> list[set[str]]:
-    """``comp`` if it fits, else the parts left when its weakest links are dropped, split again."""
-    if len(comp) <= max_size:
-        return [comp]
-    weakest = min(w for a in comp for b, w in adj[a].items() if b in comp)
-    inner = {a: {b: w for b, w in adj[a].items() if b in comp and w > weakest} for a in comp}
-    return [part for sub in _components(inner, comp) for part in _split(sub, inner, max_size)]
 
 
 def insight_id(members: Sequence[str]) -> str:

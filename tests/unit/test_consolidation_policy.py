@@ -1,5 +1,11 @@
 from __future__ import annotations
 
+from collections.abc import Iterable, Mapping
+from itertools import pairwise
+
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
 from worker.consolidation import (
     INSIGHT_MAX_CHARS,
     Plan,
@@ -44,6 +50,66 @@ def test_a_group_over_the_size_cap_splits_along_its_weakest_links() -> None:
 
     assert find_clusters(links, 0.3, max_size=6) == [("a", "b", "c", "d", "e", "f")]
     assert find_clusters(links, 0.3, max_size=5) == [("a", "b", "c"), ("d", "e", "f")]
+
+
+def test_a_chain_with_thousands_of_distinct_weights_splits_without_recursing() -> None:
+    # Every link weaker than the next: each split peels one note off the end, thousands deep.
+    ids = [f"n{i:05d}" for i in range(5_000)]
+    links = undirected(*((a, b, 0.3 + i * 1e-5) for i, (a, b) in enumerate(pairwise(ids))))
+
+    clusters = find_clusters(links, 0.3, max_size=12)
+
+    assert clusters == [tuple(ids[-12:])]
+
+
+def reference_split(
+    links: Mapping[str, Mapping[str, float]], min_weight: float, max_size: int
+) -> list[tuple[str, ...]]:
+    """The recursive split as first written (drop a part's weakest links, split again), which
+    find_clusters must match."""
+    strong = {
+        a: {b: w for b, w in nbs.items() if w >= min_weight and b in links and b != a}
+        for a, nbs in links.items()
+    }
+
+    def components(adj: Mapping[str, Mapping[str, float]], nodes: Iterable[str]) -> list[set[str]]:
+        seen: set[str] = set()
+        out: list[set[str]] = []
+        for start in sorted(nodes):
+            if start not in seen:
+                comp, frontier = {start}, [start]
+                while frontier:
+                    frontier = [nb for n in frontier for nb in adj.get(n, {}) if nb not in comp]
+                    comp.update(frontier)
+                seen |= comp
+                out.append(comp)
+        return out
+
+    def split(comp: set[str], adj: Mapping[str, Mapping[str, float]]) -> list[set[str]]:
+        if len(comp) <= max_size:
+            return [comp]
+        weakest = min(w for a in comp for b, w in adj[a].items() if b in comp)
+        inner = {a: {b: w for b, w in adj[a].items() if b in comp and w > weakest} for a in comp}
+        return [p for sub in components(inner, comp) for p in split(sub, inner)]
+
+    parts = [p for comp in components(strong, strong) for p in split(comp, strong)]
+    return sorted(tuple(sorted(p)) for p in parts if len(p) >= 3)
+
+
+EDGES = st.lists(
+    st.tuples(
+        st.integers(0, 14), st.integers(0, 14), st.sampled_from([0.2, 0.3, 0.4, 0.5, 0.7, 0.9])
+    ),
+    max_size=40,
+)
+
+
+@settings(max_examples=300, deadline=None)
+@given(edges=EDGES, max_size=st.integers(3, 8))
+def test_clusters_match_the_recursive_split_on_small_graphs(edges, max_size) -> None:
+    links = undirected(*((f"n{a:02d}", f"n{b:02d}", w) for a, b, w in edges if a != b))
+
+    assert find_clusters(links, 0.3, max_size) == reference_split(links, 0.3, max_size)
 
 
 def test_links_to_notes_outside_the_map_are_ignored() -> None:
