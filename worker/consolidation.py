@@ -310,8 +310,10 @@ def _commit(ctx: WorkerContext, ns: str, drafts: list[Draft], graph: Graph) -> i
         fresh = [(d, v) for d, v in zip(drafts, vecs, strict=True) if _still_valid(ctx, ns, d)]
         if not fresh:
             return 0
-        existing = notes.read_notes(ctx.redis, keys, ns, [d.plan.insight_id for d, _ in fresh])
-        seqs = _seqs(ctx, ns, [d.plan.insight_id for d, _ in fresh], existing)
+        ids = [d.plan.insight_id for d, _ in fresh]
+        existing = notes.read_notes(ctx.redis, keys, ns, ids)
+        linked = notes.read_links(ctx.redis, keys, ns, ids)
+        seqs = _seqs(ctx, ns, ids, existing)
         pipe = ctx.redis.pipeline(transaction=True)
         writes = [_write(ctx, ns, d, vec.tobytes(), seqs, existing, graph) for d, vec in fresh]
         notes.write_notes(pipe, keys, ns, writes, ctx.settings.changelog_max)
@@ -324,7 +326,8 @@ def _commit(ctx: WorkerContext, ns: str, drafts: list[Draft], graph: Graph) -> i
         for (d, _), w in zip(fresh, writes, strict=True):
             _audit(pipe, ctx, ns, d, w)
             pipe.hset(keys.clusters(ns), d.plan.insight_id, msgpack.packb(list(d.plan.members)))
-        new_links = sum(len(d.plan.members) - len(d.plan.previous or ()) for d, _ in fresh)
+        # a member linked to the insight already (e.g. by similarity at ingest) keeps one link
+        new_links = sum(link.b not in linked[link.a] for link in links)
         pipe.hincrby(keys.stats(ns), "links", new_links)
         pipe.hincrby(keys.stats(ns), "insights", sum(w.created for w in writes))
         pipe.execute()

@@ -13,7 +13,8 @@ READ_CHUNK = 2_000  #: notes read per round trip
 
 def check_namespace(ctx: WorkerContext, ns: str) -> list[str]:
     """Every active note has a hash, a vector and a unique seq; every link has both ends active,
-    the same weight both ways and its reason; tombstoned notes have no links."""
+    the same weight both ways and its reason; tombstoned notes have no links; the stats
+    counter of links (``stats().links``) is the number of links stored."""
     r, keys = ctx.redis, ctx.keys
     active = {m.decode(): int(s) for m, s in r.zrange(keys.active(ns), 0, -1, withscores=True)}
     tombstoned = {m.decode() for m in r.zrange(keys.tombstoned(ns), 0, -1)}
@@ -38,6 +39,7 @@ def check_namespace(ctx: WorkerContext, ns: str) -> list[str]:
             if any("reason" not in meta for _, meta in stored.values()):
                 problems.append(f"note {nid}: a link without its reason")
     problems += _check_links(links)
+    problems += _check_count(int(r.hget(keys.stats(ns), "links") or 0), links)
     problems += [f"tombstoned {n} keeps links" for n in tombstoned if r.exists(keys.links(ns, n))]
     return problems
 
@@ -53,3 +55,11 @@ def _check_links(links: dict[str, dict[str, float]]) -> list[str]:
             elif links[nb].get(nid) != weight:
                 problems.append(f"link {nid} -> {nb} is one-sided or weighted differently")
     return problems
+
+
+def _check_count(counted: int, links: dict[str, dict[str, float]]) -> list[str]:
+    """The stats counter against the links stored (each link once, from either side)."""
+    stored = len({(a, b) if a < b else (b, a) for a, nbs in links.items() for b in nbs})
+    if counted == stored:
+        return []
+    return [f"stats count {counted} links, {stored} are stored"]

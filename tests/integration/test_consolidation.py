@@ -185,3 +185,19 @@ def test_a_superseded_note_is_left_out_of_its_clusters_insight(octx):
 
         ((_, members),) = insights(octx, "c").items()
         assert old not in members and set(ids[:3]) <= set(members)
+
+
+def test_reconsolidating_a_growing_cluster_counts_each_link_once(octx):
+    with MemoryClient(octx.settings) as mem:
+        seed(octx, mem)
+        consolidate_namespace(octx, "c")
+        for n in range(3):  # each new member is linked to the insight by ingest already
+            mem.store(f"{GROWTH} Reading batch {n}.", namespace="c")
+            drain_all(octx)
+
+            assert consolidate_namespace(octx, "c") == 1
+
+            active = [m.decode() for m in octx.redis.zrange(octx.keys.active("c"), 0, -1)]
+            stored = sum(octx.redis.hlen(octx.keys.links("c", nid)) for nid in active) // 2
+            assert mem.stats("c").links == stored
+    assert check_namespace(octx, "c") == []
