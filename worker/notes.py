@@ -21,6 +21,9 @@ from worker.bulk import BulkPipeline, fields
 from worker.linking import Link
 
 Fields = dict[bytes, bytes]  #: a note hash as HGETALL returns it
+#: Fields only a tombstone has: writing the note again (a re-store) drops them, so a merged id
+#: stored again is a note of its own, and deleting it later leaves no pointer to the survivor.
+TOMBSTONE_FIELDS = ("merged_into",)
 
 
 @dataclass
@@ -123,10 +126,13 @@ def audit(
 
 
 def write_notes(pipe: Pipeline, keys: Keys, ns: str, writes: Sequence[NoteWrite], cap: int) -> None:
-    """The note hashes, the active set, the seq map and one change-log entry for all of them."""
+    """The note hashes (without the TOMBSTONE_FIELDS of an earlier life), the active set, the
+    seq map and one change-log entry for all of them."""
     for note in writes:
         args = [x for pair in encode_fields(note.fields).items() for x in pair]
         pipe.execute_command("HSET", keys.note(ns, note.id), *args, "vec", note.vec)
+        if not note.created:
+            pipe.execute_command("HDEL", keys.note(ns, note.id), *TOMBSTONE_FIELDS)
     pipe.execute_command("ZADD", keys.active(ns), *[x for n in writes for x in (n.seq, n.id)])
     pipe.execute_command("ZREM", keys.tombstoned(ns), *[n.id for n in writes])
     pipe.execute_command("HSET", keys.seqs(ns), *[x for n in writes for x in (n.seq, n.id)])

@@ -160,6 +160,26 @@ def test_storing_a_merged_id_again_brings_it_back_as_a_note_of_its_own(ctx, serv
     assert check_namespace(ctx, "r") == []
 
 
+def test_a_merged_id_stored_again_then_deleted_is_not_found(ctx, served):
+    first = served.store(FACT, namespace="d")
+    twin = served.store(TWIN, namespace="d")
+    drain_all(ctx)
+    assert merge_namespace(ctx, "d") == 1
+    gone = twin if served.get(twin, namespace="d").id == first else first
+    kept = first if gone == twin else twin
+    served.store("The customer now signs in with passkeys.", namespace="d", id=gone)
+    drain_all(ctx)
+
+    served.delete(gone, namespace="d")
+    drain_all(ctx)
+
+    with pytest.raises(NotFound):
+        served.get(gone, namespace="d")
+    assert served.get(kept, namespace="d").id == kept
+    assert b"merged_into" not in ctx.redis.hgetall(ctx.keys.note("d", gone))
+    assert check_namespace(ctx, "d") == []
+
+
 def test_the_async_client_follows_a_merged_id_too(ctx, settings):
     async def scenario() -> None:
         async with AsyncMemoryClient(settings) as mem:
