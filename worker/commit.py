@@ -52,7 +52,9 @@ def _fields(ctx: WorkerContext, p: Pending) -> dict[str, Any]:
         "content": job.content,
         "kind": p.kind or old.get("kind", "note"),
         "keywords": keywords,
-        "tags": derive_tags(keywords[: construction.AUTO_TAGS], job.tags),
+        "tags": derive_tags(
+            keywords[: construction.AUTO_TAGS], job.tags, max_chars=ctx.settings.max_tag_chars
+        ),
         "context": p.context,
         "metadata": job.metadata,
         "agent": job.agent,

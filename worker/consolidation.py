@@ -381,7 +381,7 @@ def _write(
         "content": draft.content,
         "kind": "insight",
         "keywords": keywords,
-        "tags": derive_tags(keywords[:4], [INSIGHT_TAG]),
+        "tags": derive_tags(keywords[:4], [INSIGHT_TAG], max_chars=ctx.settings.max_tag_chars),
         "context": lead_context(draft.content),
         "metadata": {"abstracted_from": list(members), "summary": draft.source},
         "agent": None,

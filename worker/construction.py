@@ -43,7 +43,7 @@ from pydantic import AfterValidator, BaseModel, Field, StringConstraints, model_
 from producer.protocol import StoreJob
 from worker import llm, notes
 from worker.context import WorkerContext
-from worker.keywords import STOPWORDS, extract_keywords, keywords_of, tokenize
+from worker.keywords import MAX_KEYWORD_CHARS, extract_keywords, is_keyword, keywords_of, tokenize
 
 log = logging.getLogger(__name__)
 
@@ -81,7 +81,7 @@ def _no_nul(text: str) -> str:
 
 
 Text = Annotated[str, StringConstraints(strip_whitespace=True), AfterValidator(_no_nul)]
-Word = Annotated[str, Field(min_length=1, max_length=64)]
+Word = Annotated[str, Field(min_length=1, max_length=MAX_KEYWORD_CHARS)]
 
 
 class Description(BaseModel):
@@ -142,11 +142,11 @@ def heuristic(content: str, tokens: list[str]) -> Built:
 
 
 def clean_words(words: Sequence[str]) -> list[str]:
-    """Model words as keywords: split into lowercase words, stop words and very short words
-    dropped, first occurrence kept, at most MAX_KEYWORDS."""
+    """Model words as keywords: split into lowercase words, those that are no keyword
+    (``is_keyword``) dropped, first occurrence kept, at most MAX_KEYWORDS."""
     out: list[str] = []
     for word in (w for phrase in words for w in tokenize(phrase)):
-        if word not in STOPWORDS and len(word) > 2 and not word.isdigit() and word not in out:
+        if is_keyword(word) and word not in out:
             out.append(word)
     return out[:MAX_KEYWORDS]
 

@@ -301,7 +301,7 @@ def _rule_drafts(ctx: WorkerContext, ns: str, work: Round) -> list[Draft]:
         ]
         refused = work.refused.get(nb, set())
         agreed = [(t, c) for t, c in consensus_tags(tags, votes) if t not in refused]
-        offered = [t for t in shared if t not in refused]
+        offered = [t for t in shared if t not in refused and len(t) <= s.max_tag_chars]
         change = rule_change(tags, offered, agreed, len(votes), s.max_tags)
         if change is not None:
             after = {"tags": change[0]}

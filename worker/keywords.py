@@ -8,6 +8,9 @@ from collections import Counter
 QUOTES = "'\u2019-"  #: stripped from both ends of a word
 POSSESSIVES = ("'s", "\u2019s")  #: "customer's" -> "customer"
 WORD_RE = re.compile(r"[^\W_][\w'\u2019-]*", re.UNICODE)  #: a word: letters/digits, inner ' and -
+#: Longest keyword, as ZQ_MAX_TAG_CHARS's default: a longer "word" is a token, hash or blob,
+#: not a subject, and would become a tag longer than a caller may give.
+MAX_KEYWORD_CHARS = 64
 
 #: Common English words that never make a keyword.
 STOPWORDS = frozenset(
@@ -36,7 +39,7 @@ def extract_keywords(text: str, max_keywords: int = 8) -> list[str]:
 
 def keywords_of(tokens: list[str], max_keywords: int = 8) -> list[str]:
     """``extract_keywords`` of a text that ``tokenize`` already split."""
-    words = [w for w in tokens if w not in STOPWORDS and len(w) > 2 and not w.isdigit()]
+    words = [w for w in tokens if is_keyword(w)]
     if not words:
         return []
     counts = Counter(words)  # in first-position order, which the stable sort keeps for ties
@@ -44,12 +47,24 @@ def keywords_of(tokens: list[str], max_keywords: int = 8) -> list[str]:
     return ranked[:max_keywords]
 
 
-def derive_tags(keywords: list[str], caller_tags: list[str], max_tags: int = 8) -> list[str]:
-    """Caller tags first, then the top keywords, without duplicates."""
+def is_keyword(word: str) -> bool:
+    """Whether a tokenized word may be a keyword: no stop word, no number, 3 to
+    MAX_KEYWORD_CHARS characters."""
+    return word not in STOPWORDS and 2 < len(word) <= MAX_KEYWORD_CHARS and not word.isdigit()
+
+
+def derive_tags(
+    keywords: list[str],
+    caller_tags: list[str],
+    max_tags: int = 8,
+    max_chars: int = MAX_KEYWORD_CHARS,
+) -> list[str]:
+    """Caller tags first, then the top keywords of at most ``max_chars`` characters (the
+    producer's ZQ_MAX_TAG_CHARS), without duplicates."""
     out = list(dict.fromkeys(caller_tags))
     for kw in keywords:
         if len(out) >= max(max_tags, len(caller_tags)):
             break
-        if kw not in out:
+        if kw not in out and len(kw) <= max_chars:
             out.append(kw)
     return out

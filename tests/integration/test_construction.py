@@ -20,7 +20,7 @@ from worker.context import WorkerContext
 from worker.drain import decode_job
 from worker.ingest import handle_jobs
 from worker.integrity import check_namespace
-from worker.keywords import extract_keywords
+from worker.keywords import MAX_KEYWORD_CHARS, extract_keywords
 from worker.server import SearchServer
 
 __all__ = ["chat"]
@@ -129,6 +129,22 @@ def test_the_deterministic_context_is_the_lead_sentence_and_stable(ctx, client):
     assert again.tags == ["login", *note.keywords[:4]]
     (_, last), *_ = reversed(ctx.redis.xrange(ctx.keys.audit("d")))
     assert msgpack.unpackb(last[b"after"])["context"] == note.context
+
+
+@pytest.mark.parametrize("max_tag_chars", [64, 8])
+def test_a_very_long_word_never_becomes_a_keyword_or_a_tag(redis_db, tmp_path, max_tag_chars):
+    ctx = WorkerContext.build(make_settings(tmp_path, max_tag_chars=max_tag_chars))
+    try:
+        with MemoryClient(ctx.settings) as mem:
+            blob = "x" * 20_000
+            nid = mem.store(f"The upload token {blob} expired; tokens expire daily.", namespace="w")
+            drain_all(ctx)
+            note = mem.get(nid, namespace="w")
+    finally:
+        ctx.close()
+    assert blob not in note.keywords and "token" in note.keywords
+    assert note.tags and all(len(tag) <= max_tag_chars for tag in note.tags)
+    assert all(len(kw) <= MAX_KEYWORD_CHARS for kw in note.keywords)
 
 
 def test_a_good_answer_sets_keywords_tags_and_context_and_keeps_caller_tags(cctx, chat):

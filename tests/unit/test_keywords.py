@@ -2,7 +2,13 @@ from __future__ import annotations
 
 import pytest
 
-from worker.keywords import STOPWORDS, derive_tags, extract_keywords, tokenize
+from worker.keywords import (
+    MAX_KEYWORD_CHARS,
+    STOPWORDS,
+    derive_tags,
+    extract_keywords,
+    tokenize,
+)
 
 
 def test_tokenize_lowercases_and_strips_quotes_and_hyphens() -> None:
@@ -76,3 +82,17 @@ def test_derive_tags_stops_at_max_tags() -> None:
 
 def test_derive_tags_keeps_every_caller_tag_even_past_max_tags() -> None:
     assert derive_tags(["kw"], ["a", "b", "c"], max_tags=2) == ["a", "b", "c"]
+
+
+def test_a_word_longer_than_a_keyword_may_be_is_no_keyword() -> None:
+    longest = "k" * MAX_KEYWORD_CHARS
+
+    assert extract_keywords(f"{'z' * 20_000} {longest} token") == [longest, "token"]
+
+
+def test_derived_tags_leave_out_keywords_longer_than_a_tag_may_be() -> None:
+    assert derive_tags(["postgres", "db", "timescaledb"], ["ops"], max_chars=8) == [
+        "ops",
+        "postgres",
+        "db",
+    ]
