@@ -18,15 +18,25 @@ where both were linked to the same note (a note the other superseded now names t
 ``superseded_by``). The other note is tombstoned with ``merged_into`` (the survivor's id) and
 leaves the index through the change log; the survivor lists it in ``merged_from``. A
 ``get()`` of the merged id returns the survivor. Both notes get a ``merge`` audit entry with
-before and after. ``merge_namespace`` looks at the notes created since its last run.
+before and after (the survivor's names the ids it took in, not its whole ``merged_from``).
+
+``merge_namespace`` looks at the notes created since its last run (at most MAX_NEW_PER_RUN) and
+their MERGE_K nearest notes. Many copies of one text all have the same nearest notes (ties), so
+merges are planned as stars (``find_duplicates``: the most durable note absorbs every duplicate
+it is paired with), a note whose duplicates all merged into another note is compared with that
+note directly (``adopt``), and the survivors and such notes are looked at again, with the
+merged notes gone from the index, for up to MAX_ROUNDS rounds. A run applies at most
+MAX_MERGES_PER_RUN merges, LOCK_CHUNK per hold of the namespace lock; its cursor stops before
+the first new note it left unsettled, so the next run goes on from there.
 """
 
 from __future__ import annotations
 
+import functools
 import logging
 import re
 import time
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -47,13 +57,19 @@ JOINERS = re.compile(r"[-_/]")  #: split before comparing words
 NEGATIONS = frozenset({"not", "no", "never", "nor", "none", "nothing", "cannot", "without"})
 MERGE_K = 5  #: nearest notes looked at per new note
 MAX_NEW_PER_RUN = 2_000  #: new notes merge_namespace looks at per run
+MAX_MERGES_PER_RUN = 2_000  #: merges one run applies; the notes of the rest wait for the next
+LOCK_CHUNK = 50  #: merges applied per hold of the namespace lock
+MAX_ROUNDS = 8  #: times one run looks at new notes again whose duplicates merged elsewhere
 CURSOR = "merge_seq"  #: stats field: the highest seq merge_namespace has looked at
 STRUCTURAL = frozenset({"superseded_by", "supersedes"})  #: link reasons kept on re-pointing
+#: Texts whose words and markers are kept between the pairs of a run (each note is in several)
+TEXT_CACHE = 4_096
 
 
-def _words(text: str) -> set[str]:
+@functools.lru_cache(maxsize=TEXT_CACHE)
+def _words(text: str) -> frozenset[str]:
     """Content words, stemmed, with compounds split ("key-pair" is "key pair")."""
-    return set(analyze(JOINERS.sub(" ", text)))
+    return frozenset(analyze(JOINERS.sub(" ", text)))
 
 
 def overlap(a: str, b: str) -> float:
@@ -62,6 +78,7 @@ def overlap(a: str, b: str) -> float:
     return len(left & right) / len(left | right) if left | right else 1.0
 
 
+@functools.lru_cache(maxsize=TEXT_CACHE)
 def _markers(text: str) -> tuple[frozenset[str], frozenset[str]]:
     """The numbers and the negations of a text."""
     words = tokenize(text)
@@ -89,52 +106,108 @@ def survivor(a: Text, b: Text) -> tuple[Text, Text]:
     return kept, (b if kept is a else a)
 
 
+@dataclass(frozen=True)
+class MergePlan:
+    """What one round merges, and the notes it leaves unsettled: in a duplicate pair, but each
+    duplicate of theirs is merged into another note (``adopt`` may merge them into that one)."""
+
+    merges: list[tuple[str, str, float]]  #: (kept, merged, cosine), in the order to apply them
+    #: unsettled note -> the survivors its duplicates merge into
+    unsettled: dict[str, set[str]]
+
+
 def find_duplicates(
     news: Sequence[Text],
     near: dict[str, list[tuple[str, float]]],
     texts: dict[str, Text],
     min_cosine: float,
     min_overlap: float,
+) -> MergePlan:
+    """The merges of one round, as stars: the most durable note (``survivor``'s order) absorbs
+    every duplicate it is paired with, most similar first, then the next most durable note not
+    merged away absorbs those left, and so on; a note merged away absorbs none. Each merged note
+    is a duplicate of its own survivor (the rule is not transitive)."""
+    paired = duplicate_pairs(news, near, texts, min_cosine, min_overlap)
+    merges: list[tuple[str, str, float]] = []
+    into: dict[str, str] = {}
+    unsettled: dict[str, set[str]] = {}
+    for kept in sorted(paired, key=lambda nid: _durability(texts[nid])):
+        if kept in into:
+            continue
+        # a partner not merged yet is less durable: a more durable one would have taken kept
+        took = [(o, c) for o, c in sorted(paired[kept].items(), key=_closest) if o not in into]
+        into.update((other, kept) for other, _ in took)
+        merges += [(kept, other, cosine) for other, cosine in took]
+        if not took:
+            unsettled[kept] = {into[other] for other in paired[kept]}
+    return MergePlan(merges, unsettled)
+
+
+def adopt(
+    plan: MergePlan,
+    texts: dict[str, Text],
+    cosines: Mapping[tuple[str, str], float],
+    min_cosine: float,
+    min_overlap: float,
 ) -> list[tuple[str, str, float]]:
-    """(kept, merged, cosine) for each duplicate pair, most similar first, each note in at
-    most one pair."""
-    found: list[tuple[float, str, str]] = []
+    """Merges of unsettled notes, each into the most similar survivor its duplicates merge into
+    that is a duplicate of it too (``cosines``: of (note, survivor) pairs; a pair left out is
+    not compared). Such a survivor was more durable than the note, so it stays the survivor."""
+    out: list[tuple[str, str, float]] = []
+    for nid, targets in plan.unsettled.items():
+        near = sorted(((cosines[nid, t], t) for t in targets if (nid, t) in cosines), reverse=True)
+        match = next(
+            (
+                (t, nid, cos)
+                for cos, t in near
+                if is_duplicate(texts[nid], texts[t], cos, min_cosine, min_overlap)
+            ),
+            None,
+        )
+        if match is not None:
+            out.append(match)
+    return out
+
+
+def _closest(partner: tuple[str, float]) -> tuple[float, str]:
+    return -partner[1], partner[0]
+
+
+def duplicate_pairs(
+    news: Sequence[Text],
+    near: dict[str, list[tuple[str, float]]],
+    texts: dict[str, Text],
+    min_cosine: float,
+    min_overlap: float,
+) -> dict[str, dict[str, float]]:
+    """Each new note and near note in a duplicate pair -> its partners and their cosine."""
+    pairs: dict[str, dict[str, float]] = {}
     for new in news:
         for nb, cosine in near.get(new.id, []):
             other = texts.get(nb)
             if other is not None and is_duplicate(new, other, cosine, min_cosine, min_overlap):
-                kept, merged = survivor(new, other)
-                found.append((cosine, kept.id, merged.id))
-    out: list[tuple[str, str, float]] = []
-    used: set[str] = set()
-    for cosine, kept_id, merged_id in sorted(found, key=lambda f: (-f[0], f[1], f[2])):
-        if kept_id not in used and merged_id not in used:
-            used |= {kept_id, merged_id}
-            out.append((kept_id, merged_id, cosine))
-    return out
+                pairs.setdefault(new.id, {})[nb] = cosine
+                pairs.setdefault(nb, {})[new.id] = cosine
+    return pairs
+
+
+def _durability(t: Text) -> tuple[int, float, str]:
+    """Sort key of ``survivor``: the more accessed, then the older, then the lower id first."""
+    return -t.access_count, t.created_at, t.id
 
 
 def merge_namespace(ctx: WorkerContext, ns: str) -> int:
     """Merge the near-duplicates among the notes created since the last run and their nearest
-    notes; return how many notes were merged away."""
-    s = ctx.settings
-    if not s.merge:
+    notes (at most MAX_MERGES_PER_RUN); return how many notes were merged away. The cursor
+    stops before the first new note left unsettled, which the next run looks at again."""
+    if not ctx.settings.merge:
         return 0
     started = time.perf_counter()
     fresh = pairs.new_since(ctx, ns, CURSOR, MAX_NEW_PER_RUN)
     done = 0
     if fresh:
-        ids = [nid for nid, _ in fresh]
-        near = pairs.nearest(ctx, ns, ids, MERGE_K, s.merge_min_cosine)
-        texts = pairs.read_texts(ctx, ns, [*ids, *(nb for row in near.values() for nb, _ in row)])
-        news = [texts[nid] for nid in ids if nid in texts]
-        found = find_duplicates(news, near, texts, s.merge_min_cosine, s.merge_min_overlap)
-        if found:
-            with Lease(ctx.redis, ctx.keys.lock(ns), s.lease_s, owner=ctx.consumer) as lease:
-                for kept, merged, cosine in found:
-                    lease.renew()
-                    done += merge_pair(ctx, ns, lease, kept, merged, cosine)
-        ctx.redis.hset(ctx.keys.stats(ns), CURSOR, max(seq for _, seq in fresh))
+        done, unsettled = _merge_rounds(ctx, ns, [nid for nid, _ in fresh])
+        ctx.redis.hset(ctx.keys.stats(ns), CURSOR, settled_up_to(fresh, unsettled))
     ctx.redis.hset(ctx.keys.stats(ns), "last_merge", time.time())
     log.info(
         "merge ns=%s looked_at=%d merged=%d in %.1fms",
@@ -144,6 +217,65 @@ def merge_namespace(ctx: WorkerContext, ns: str) -> int:
         (time.perf_counter() - started) * 1000,
     )
     return done
+
+
+def _merge_rounds(ctx: WorkerContext, ns: str, ids: list[str]) -> tuple[int, set[str]]:
+    """Merge the duplicates among ``ids`` and their nearest notes; then look again at the notes
+    left unsettled and at the survivors, whose nearest notes are others now (the merged ones
+    left the index); until a round merges nothing, for at most MAX_ROUNDS rounds and
+    MAX_MERGES_PER_RUN merges. Returns the merges done and the notes still to look at."""
+    done, todo = 0, ids
+    for _ in range(MAX_ROUNDS):
+        merges, unsettled = _plan_round(ctx, ns, todo)
+        merged, left = _merge_all(ctx, ns, merges, MAX_MERGES_PER_RUN - done)
+        done += merged
+        again = unsettled | left | {kept for kept, _, _ in merges}
+        todo = [nid for nid in dict.fromkeys([*todo, *again]) if nid in again]
+        if not merged or not todo or done >= MAX_MERGES_PER_RUN:
+            break
+    return done, set(todo)
+
+
+def _plan_round(
+    ctx: WorkerContext, ns: str, ids: list[str]
+) -> tuple[list[tuple[str, str, float]], set[str]]:
+    """One round's merges (stars, then the unsettled notes adopted by their duplicates'
+    survivors) and the notes it leaves unsettled."""
+    s = ctx.settings
+    near = pairs.nearest(ctx, ns, ids, MERGE_K, s.merge_min_cosine)
+    texts = pairs.read_texts(ctx, ns, [*ids, *(nb for row in near.values() for nb, _ in row)])
+    news = [texts[nid] for nid in ids if nid in texts]
+    plan = find_duplicates(news, near, texts, s.merge_min_cosine, s.merge_min_overlap)
+    asked = [(nid, t) for nid, targets in plan.unsettled.items() for t in targets]
+    cosines = pairs.cosines(ctx, ns, asked) if asked else {}
+    adopted = adopt(plan, texts, cosines, s.merge_min_cosine, s.merge_min_overlap)
+    return plan.merges + adopted, set(plan.unsettled) - {gone for _, gone, _ in adopted}
+
+
+def settled_up_to(fresh: Sequence[tuple[str, int]], unsettled: set[str]) -> int:
+    """The new cursor: the seq just before the first of ``fresh`` (id, seq, in seq order) that
+    is unsettled, else the last seq."""
+    first = next((seq for nid, seq in fresh if nid in unsettled), None)
+    return fresh[-1][1] if first is None else first - 1
+
+
+def _merge_all(
+    ctx: WorkerContext, ns: str, merges: Sequence[tuple[str, str, float]], budget: int
+) -> tuple[int, set[str]]:
+    """Apply the first ``budget`` merges, LOCK_CHUNK at a time under the namespace lock (so
+    ingest goes on between chunks); return how many were applied and the notes of those that
+    were not (over the budget, or no longer duplicates)."""
+    done, left = 0, {nid for kept, gone, _ in merges[budget:] for nid in (kept, gone)}
+    todo = list(merges[:budget])
+    for start in range(0, len(todo), LOCK_CHUNK):
+        with Lease(ctx.redis, ctx.keys.lock(ns), ctx.settings.lease_s, owner=ctx.consumer) as lease:
+            for kept, merged, cosine in todo[start : start + LOCK_CHUNK]:
+                lease.renew()
+                if merge_pair(ctx, ns, lease, kept, merged, cosine):
+                    done += 1
+                else:
+                    left |= {kept, merged}
+    return done, left
 
 
 @dataclass
@@ -210,8 +342,11 @@ def _plan(ctx: WorkerContext, ns: str, kept: str, merged: str) -> _Plan:
 
 
 def _audit(pipe: Pipeline, ctx: WorkerContext, ns: str, plan: _Plan, source: str) -> None:
-    """One merge entry for each note, with before and after."""
+    """One merge entry for each note, with before and after. The survivor's names the ids it
+    takes in (``merged``) instead of its whole ``merged_from``, so that each entry stays small
+    however many notes merge into one."""
     kept, merged, k, m = plan.kept, plan.merged, plan.k, plan.m
+    changed = {f: v for f, v in plan.after.items() if f != "merged_from"}
     notes.audit(
         pipe,
         ctx.keys,
@@ -233,12 +368,13 @@ def _audit(pipe: Pipeline, ctx: WorkerContext, ns: str, plan: _Plan, source: str
         actor="worker",
         source=source,
         before={
-            **{f: k.get(f) for f in plan.after if f != "updated_at"},
+            **{f: k.get(f) for f in changed if f != "updated_at"},
             "access_count": count,
             "links": plan.links[kept],
         },
         after={
-            **plan.after,
+            **changed,
+            "merged": [merged, *m.get("merged_from", [])],
             "access_count": count + int(m.get("access_count", 0)),
             "links": {**plan.links[kept], **plan.moved},
         },

@@ -125,6 +125,24 @@ def nearest(
     }
 
 
+def cosines(
+    ctx: WorkerContext, ns: str, asked: Sequence[tuple[str, str]]
+) -> dict[tuple[str, str], float]:
+    """The cosine of each asked pair whose notes both have a vector of this process's embedder
+    (one round trip)."""
+    ids = list(dict.fromkeys(nid for pair in asked for nid in pair))
+    pipe = ctx.redis.pipeline(transaction=False)
+    for nid in ids:
+        pipe.hmget(ctx.keys.note(ns, nid), ["vec", "embedder"])
+    model = ctx.embedder.name.encode()
+    vecs = {
+        nid: np.frombuffer(vec, dtype=np.float32)
+        for nid, (vec, emb) in zip(ids, pipe.execute(), strict=True)
+        if vec and emb == model
+    }
+    return {(a, b): float(vecs[a] @ vecs[b]) for a, b in asked if a in vecs and b in vecs}
+
+
 def lexical(
     ctx: WorkerContext, ns: str, queries: dict[str, list[str]], k: int
 ) -> dict[str, list[str]]:

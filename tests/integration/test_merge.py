@@ -14,6 +14,7 @@ import pytest
 from producer import AsyncMemoryClient, MemoryClient, NotFound
 from producer.protocol import unpack_link
 from tests.conftest import drain_all
+from worker import merge
 from worker.context import WorkerContext
 from worker.integrity import check_namespace
 from worker.merge import merge_namespace
@@ -96,6 +97,36 @@ def test_merge_is_incremental_and_idempotent(ctx, served):
     assert run_periodic(ctx, "merge") == 1
     assert served.stats("m").notes == 1
     assert served.get(third, namespace="m").id != third
+
+
+def store_copies(mem: MemoryClient, ns: str, n: int) -> list[str]:
+    return mem.store_many(
+        ["The nightly backup of the billing database runs at 02:00."] * n, namespace=ns
+    )
+
+
+def test_one_run_merges_hundreds_of_identical_notes_into_one(ctx, served):
+    ids = store_copies(served, "many", 300)
+    drain_all(ctx)
+
+    assert merge_namespace(ctx, "many") == 299
+
+    (kept,) = {served.get(nid, namespace="many").id for nid in ids}
+    assert served.stats("many").notes == 1 and served.stats("many").tombstoned == 299
+    assert sorted(served.get(kept, namespace="many").merged_from) == sorted(set(ids) - {kept})
+    assert check_namespace(ctx, "many") == []
+    assert merge_namespace(ctx, "many") == 0
+
+
+def test_merges_over_the_per_run_cap_are_left_to_the_next_runs(ctx, served, monkeypatch):
+    monkeypatch.setattr(merge, "MAX_MERGES_PER_RUN", 40)
+    store_copies(served, "cap", 100)
+    drain_all(ctx)
+
+    assert [merge_namespace(ctx, "cap") for _ in range(4)] == [40, 40, 19, 0]
+
+    assert served.stats("cap").notes == 1
+    assert check_namespace(ctx, "cap") == []
 
 
 @pytest.mark.parametrize(

@@ -5,7 +5,15 @@ from __future__ import annotations
 
 import pytest
 
-from worker.merge import find_duplicates, is_duplicate, overlap, survivor
+from worker.merge import (
+    MergePlan,
+    adopt,
+    find_duplicates,
+    is_duplicate,
+    overlap,
+    settled_up_to,
+    survivor,
+)
 from worker.pairs import Text
 
 
@@ -64,12 +72,35 @@ def test_the_more_accessed_then_the_older_note_survives():
     assert survivor(old, busy) == (busy, old)
 
 
-def test_each_note_is_in_at_most_one_pair_most_similar_first():
-    a, b, c = (
-        note("a", FACT, created_at=1.0),
-        note("b", FACT, created_at=2.0),
-        note("c", FACT, created_at=3.0),
-    )
-    texts = {t.id: t for t in (a, b, c)}
+def abc() -> dict[str, Text]:
+    """Three copies of one fact, a the oldest."""
+    return {nid: note(nid, FACT, created_at=float(n)) for n, nid in enumerate(("a", "b", "c"), 1)}
+
+
+def test_the_most_durable_note_absorbs_every_duplicate_it_is_paired_with() -> None:
+    texts = abc()
     near = {"c": [("b", 0.99), ("a", 0.95)], "b": [("a", 0.97)]}
-    assert find_duplicates([b, c], near, texts, 0.9, 0.9) == [("b", "c", 0.99)]
+
+    plan = find_duplicates([texts["b"], texts["c"]], near, texts, 0.9, 0.9)
+
+    assert plan == MergePlan([("a", "b", 0.97), ("a", "c", 0.95)], {})
+
+
+def test_a_note_merged_away_absorbs_none_and_its_partner_is_left_to_its_survivor() -> None:
+    texts = abc()
+    near = {"c": [("b", 0.99)], "b": [("a", 0.97)]}  # c never sees a
+
+    plan = find_duplicates([texts["b"], texts["c"]], near, texts, 0.9, 0.9)
+
+    assert plan == MergePlan([("a", "b", 0.97)], {"c": {"a"}})
+    assert adopt(plan, texts, {("c", "a"): 0.96}, 0.9, 0.9) == [("a", "c", 0.96)]
+    assert adopt(plan, texts, {("c", "a"): 0.5}, 0.9, 0.9) == []  # not a duplicate of a
+    assert adopt(plan, texts, {}, 0.9, 0.9) == []  # no vector to compare
+
+
+def test_the_cursor_stops_before_the_first_unsettled_note() -> None:
+    fresh = [("x", 4), ("y", 7), ("z", 9)]
+
+    assert settled_up_to(fresh, set()) == 9
+    assert settled_up_to(fresh, {"z", "y"}) == 6
+    assert settled_up_to(fresh, {"x"}) == 3
