@@ -1,14 +1,15 @@
 """Consolidation: one insight note per dense cluster of linked notes (the "sleep" phase of the
 self-organising Zettelkasten tutorial).
 
-A cluster is a connected group of at least MIN_CLUSTER active notes (insights and superseded
-notes left out) held together by topical links (not STRUCTURAL_REASONS such as "sequence") of
-weight >= ``consolidate_min_weight``; a group larger than ``consolidate_max_cluster`` is split
-along its weakest links until every part fits (computed bottom up, in one pass over the
-links, however many distinct weights they have). Each
-cluster gets an insight note (kind ``insight``): an extractive summary by default — the first
-sentence of its most central members, at most INSIGHT_MAX_CHARS — or the LLM's summary when one
-is configured and answers well (any LLM failure falls back to the extractive summary). The
+A cluster is a connected group of at least MIN_CLUSTER active notes other than insights, held
+together by topical links (not STRUCTURAL_REASONS such as "sequence") of weight >=
+``consolidate_min_weight``; a superseded note takes part only through its supersession link, so
+it joins the cluster of the note that replaced it (the notes of one change); a group larger than
+``consolidate_max_cluster`` is split along its weakest links until every part fits (computed
+bottom up, in one pass over the links, however many distinct weights they have). Each cluster
+gets an insight note (kind ``insight``): an extractive summary by default — the first sentence
+of its most central members still valid, at most INSIGHT_MAX_CHARS — or the LLM's summary when
+one is configured and answers well (any LLM failure falls back to the extractive summary). The
 insight links ``abstracted_from`` (source "consolidation") to every member, is embedded and
 enters the change log like any note, so it is searchable.
 
@@ -63,6 +64,9 @@ FIELDS = ("kind", "content", "importance", "superseded_by")
 STRUCTURAL_REASONS = frozenset(
     {"sequence", "abstracted_from", "superseded_by", "supersedes", "merged_into"}
 )
+#: Reasons of the two sides of a supersession link: the only links that bind a superseded note
+#: to a cluster (the one of the note that replaced it).
+SUPERSESSION_REASONS = frozenset({"superseded_by", "supersedes"})
 
 
 @dataclass(frozen=True)
@@ -261,22 +265,23 @@ def _known(ctx: WorkerContext, ns: str) -> dict[str, tuple[str, ...]]:
 
 
 def _clusters(ctx: WorkerContext, graph: Graph) -> list[tuple[str, ...]]:
-    """Clusters over the topical links between notes that are neither insights nor superseded
-    (an insight states what is true now, not what a newer note replaced)."""
+    """Clusters over the topical links between notes other than insights. A superseded note
+    takes part only through its supersession links, so it joins the cluster of the note that
+    replaced it (the notes of a change: what was, why, what is now) and never one of its own."""
     s = ctx.settings
-    left_out = {
-        nid
-        for nid, f in graph.fields.items()
-        if f["kind"] == b"insight" or f["superseded_by"] is not None
-    }
+    insights = {nid for nid, f in graph.fields.items() if f["kind"] == b"insight"}
+    superseded = {nid for nid, f in graph.fields.items() if f["superseded_by"] is not None}
+
+    def binds(nid: str, nb: str) -> bool:
+        reason = graph.reasons[nid].get(nb, "")
+        if reason in SUPERSESSION_REASONS:
+            return True
+        return nid not in superseded and nb not in superseded and reason not in STRUCTURAL_REASONS
+
     links = {
-        nid: {
-            nb: w
-            for nb, w in nbs.items()
-            if nb not in left_out and graph.reasons[nid].get(nb, "") not in STRUCTURAL_REASONS
-        }
+        nid: {nb: w for nb, w in nbs.items() if nb not in insights and binds(nid, nb)}
         for nid, nbs in graph.links.items()
-        if nid not in left_out
+        if nid not in insights
     }
     return find_clusters(links, s.consolidate_min_weight, s.consolidate_max_cluster)
 
@@ -286,20 +291,31 @@ def _content(graph: Graph, nid: str) -> str:
 
 
 def _draft(ctx: WorkerContext, ns: str, graph: Graph, plan: Plan) -> Draft:
-    """The insight's text: the LLM's when configured and it answers well, else extractive."""
+    """The insight's text: the LLM's when configured and it answers well, else extractive, from
+    the members still valid (a superseded member is no longer true; the LLM sees it marked)."""
     ordered = centrality_order(plan.members, graph.links)
     shown = llm.number_items(ordered)
     prompt = (
         "These notes are linked into one cluster. Write one insight, at most "
-        f"{INSIGHT_MAX_CHARS} characters, that states what they say together, and list the "
-        "numbers of the notes it draws on as sources.\n\n"
-        + "\n".join(f"[{n}] {_content(graph, nid)[:PROMPT_NOTE_CHARS]}" for n, nid in shown.items())
+        f"{INSIGHT_MAX_CHARS} characters, that states what they say together (as true now: a "
+        "note marked REPLACED no longer holds), and list the numbers of the notes it draws on "
+        "as sources.\n\n"
+        + "\n".join(
+            f"[{n}] {_replaced(graph, nid)}{_content(graph, nid)[:PROMPT_NOTE_CHARS]}"
+            for n, nid in shown.items()
+        )
     )
     if ctx.settings.llm_url is not None:
         answer = llm.ask_json(ctx, ns, prompt, InsightAnswer, shown=shown)
         if answer is not None:
             return Draft(plan, answer.summary.strip(), f"model:{ctx.settings.llm_model}")
-    return Draft(plan, summarise([_content(graph, nid) for nid in ordered]), "extractive")
+    valid = [nid for nid in ordered if not _replaced(graph, nid)] or ordered
+    return Draft(plan, summarise([_content(graph, nid) for nid in valid]), "extractive")
+
+
+def _replaced(graph: Graph, nid: str) -> str:
+    """The prompt's mark of a superseded member ("" for a valid one)."""
+    return "REPLACED " if graph.fields[nid]["superseded_by"] is not None else ""
 
 
 def _commit(ctx: WorkerContext, ns: str, drafts: list[Draft], graph: Graph) -> int:

@@ -1,7 +1,8 @@
 """The self-organising Zettelkasten tutorial's story end to end with a real `zettelq worker`
-process: five events in, the periodic jobs run, and "what is the current frontend technology and
-why?" answers with the Svelte note first and the React note marked superseded; as of a time
-before the switch the React note is the valid one."""
+process: five events in, the periodic jobs run (consolidation writes an insight over the change
+from React to Svelte, saying what holds now), and "what is the current frontend technology and
+why?" answers with the Svelte note first among the notes and the React note marked superseded;
+as of a time before the switch the React note is the valid one."""
 
 from __future__ import annotations
 
@@ -48,8 +49,12 @@ def test_seed_001_the_switch_to_svelte_supersedes_react(settings):
         finally:
             ctx.close()
 
-        hits = mem.search(QUERY, namespace=ns, k=5, timeout_s=60)
-        assert hits[0].id == svelte and hits[0].valid_to is None
+        hits = mem.search(QUERY, namespace=ns, k=6, timeout_s=60)  # the five and the insight
+        notes = [h for h in hits if h.kind == "note"]
+        assert notes[0].id == svelte and notes[0].valid_to is None
+        (insight,) = [h for h in hits if h.kind == "insight"]  # over the change, as true now
+        assert {react, ids[3], svelte} <= set(mem.get(insight.id, namespace=ns).links)
+        assert EVENTS[4] in insight.content and EVENTS[1] not in insight.content
         marked = {h.id: h for h in hits}[react]
         assert marked.superseded_by == svelte
         assert marked.valid_to == mem.get(svelte, namespace=ns).created_at

@@ -4,6 +4,7 @@ with the LLM on, the loopback server's summary, and the extractive one when it a
 
 from __future__ import annotations
 
+import time
 from collections.abc import Iterator
 
 import msgpack
@@ -16,7 +17,7 @@ from tests.integration.chat_server import ChatServer, answer, chat
 from worker.consolidation import consolidate_namespace
 from worker.context import WorkerContext
 from worker.integrity import check_namespace
-from worker.periodic import last_runs, run_periodic
+from worker.periodic import last_runs, organise, run_periodic
 from worker.server import SearchServer
 
 __all__ = ["chat"]
@@ -172,7 +173,7 @@ def test_an_llm_answer_citing_unknown_notes_falls_back_to_the_extractive_summary
         ctx.close()
 
 
-def test_a_superseded_note_is_left_out_of_its_clusters_insight(octx):
+def test_a_superseded_note_joins_only_its_successors_cluster_and_stays_out_of_its_text(octx):
     with MemoryClient(octx.settings) as mem:
         ids = seed(octx, mem)
         old = mem.store(STORE_WAS, namespace="c")
@@ -183,8 +184,39 @@ def test_a_superseded_note_is_left_out_of_its_clusters_insight(octx):
 
         assert consolidate_namespace(octx, "c") == 1
 
-        ((_, members),) = insights(octx, "c").items()
-        assert old not in members and set(ids[:3]) <= set(members)
+        ((iid, members),) = insights(octx, "c").items()
+        assert set(ids[:3]) <= set(members) and (old in members) == (new in members)
+        assert STORE_WAS.split(",")[0] not in mem.get(iid, namespace="c").content
+    assert check_namespace(octx, "c") == []
+
+
+APOLLO = [
+    "The project 'Apollo' aims to build a dashboard for tracking solar panel efficiency.",
+    "We chose React for the frontend because the team knows it well.",
+    "The backend must be Python to support the data science libraries.",
+    "Client called. They are unhappy with React performance on low-end devices.",
+    "We are switching the frontend to Svelte for better performance.",
+]
+
+
+def test_the_seed_story_gets_an_insight_over_the_change_from_react_to_svelte(redis_db, tmp_path):
+    ctx = WorkerContext.build(make_settings(tmp_path))  # the default consolidation settings
+    try:
+        with MemoryClient(ctx.settings) as mem:
+            ids = [mem.store(event, namespace="apollo", agent="pm") for event in APOLLO]
+            drain_all(ctx)
+            react, unhappy, svelte = ids[1], ids[3], ids[4]
+
+            assert organise(ctx, "apollo", ["consolidate"], time.time() + 60)[0].work == 1
+
+            ((iid, members),) = insights(ctx, "apollo").items()
+            assert set(members) == {react, unhappy, svelte}
+            content = mem.get(iid, namespace="apollo").content
+            assert APOLLO[4] in content and APOLLO[1] not in content  # what holds now
+            assert mem.get(react, namespace="apollo").superseded_by == svelte
+        assert check_namespace(ctx, "apollo") == []
+    finally:
+        ctx.close()
 
 
 def test_reconsolidating_a_growing_cluster_counts_each_link_once(octx):
