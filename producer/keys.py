@@ -6,8 +6,10 @@ and its multi-key updates stay atomic. Shard keys carry the tag ``{s<N>}``.
 =============================  ======  ==========================================================
 key                            type    contents
 =============================  ======  ==========================================================
-P:{sN}:inbox                   stream  packed jobs (store/delete) for the namespaces of shard N;
-                                       consumer group ``zq``; entries deleted once committed
+P:{sN}:inbox                   stream  packed jobs (store/delete, field ``j``) for the namespaces
+                                       of shard N; consumer group ``zq``; entries deleted once
+                                       committed; a job re-queued by ``zettelq dead retry`` also
+                                       has ``o``, the entry id it was first queued under
 P:{sN}:lease                   string  token of the worker draining shard N (PX lease_ms)
 P:{sN}:kicked                  string  set while a drain task for shard N is queued
 P:{sN}:drainer                 string  the worker process that last drained shard N
@@ -31,7 +33,9 @@ P:runs                         hash    periodic job name -> JSON of its last bea
 P:redbeat:*                    (beat)  celery-redbeat's schedule and leader lock, in the broker
 P:vcache:<embedder>:<sha256>   string  float32 vector of the text with that SHA-256 (hex) by
                                        that embedder; EX vector_cache_ttl_s
-P:{ns}:note:<id>               hash    one note (fields: see producer.protocol.NOTE_FIELDS)
+P:{ns}:note:<id>               hash    one note (fields: see producer.protocol.NOTE_FIELDS; ``src``:
+                                       the inbox entry of the last store or delete applied); a
+                                       deleted id never stored holds only id, status, src
 P:{ns}:links:<id>              hash    neighbour id -> packed link (producer.protocol.pack_link):
                                        weight, relation label, then msgpack {reason, source,
                                        at}; one hash per end (the ends' metadata can differ)

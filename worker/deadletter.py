@@ -8,6 +8,10 @@ from redis import Redis
 
 from producer.keys import Keys
 
+#: field of an inbox entry re-queued from the dead-letter stream: the entry id the job had when
+#: first queued, by which the worker judges its place in stream order
+ORIGIN_FIELD = "o"
+
 
 class Streams(Protocol):
     """What these functions use of a WorkerContext (the CLI passes a lighter one)."""
@@ -40,12 +44,16 @@ def list_dead(ctx: Streams, count: int = 20) -> list[dict[str, Any]]:
 
 
 def retry_dead(ctx: Streams, count: int = 20) -> int:
-    """Put the oldest ``count`` dead jobs back on their shard streams (e.g. after a fix)."""
+    """Put the oldest ``count`` dead jobs back on their shard streams (e.g. after a fix), each
+    with its original entry id: it is applied only if no later job of its id has been."""
     moved = 0
     for entry_id, fields in ctx.redis.xrange(ctx.keys.dead(), count=count):
         shard = int(fields.get(b"shard", b"0")) % ctx.keys.shard_count
+        requeued = {"j": fields.get(b"payload", b"")}
+        if fields.get(b"entry"):
+            requeued[ORIGIN_FIELD] = fields[b"entry"]
         pipe = ctx.redis.pipeline(transaction=False)
-        pipe.xadd(ctx.keys.inbox(shard), {"j": fields.get(b"payload", b"")})
+        pipe.xadd(ctx.keys.inbox(shard), requeued)
         pipe.xdel(ctx.keys.dead(), entry_id)
         pipe.execute()
         moved += 1

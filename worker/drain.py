@@ -2,8 +2,10 @@
 
 Entries are XACKed and deleted only after their batch is committed, so a worker killed
 mid-batch loses nothing: the next drain of the shard (once the dead worker's lease expires)
-claims the entries it left pending. A job that cannot be decoded or applied goes to the
-dead-letter stream with its reason; its batch-mates carry on.
+claims the entries it left pending and applies them before any later entry. Together with the
+entry id each note records (worker/ingest.py), the state of an id is the effect of its last job
+in stream order, whatever was redelivered, reclaimed or retried. A job that cannot be decoded or
+applied goes to the dead-letter stream with its reason; its batch-mates carry on.
 """
 
 from __future__ import annotations
@@ -32,6 +34,7 @@ from producer.protocol import (
 )
 from worker import notes
 from worker.context import WorkerContext
+from worker.deadletter import ORIGIN_FIELD
 from worker.dispatch import kick
 from worker.embedding import EmbedderUnavailable
 from worker.ingest import Entry, handle_jobs
@@ -46,6 +49,7 @@ GROUP = "zq"  #: the consumer group every worker reads shard streams through
 SLICE_S = 5.0
 
 RawEntry = tuple[bytes, dict[bytes, bytes]]
+Fetched = tuple[list[RawEntry], int]  #: entries read, and the group's pending count after
 
 
 @dataclass(frozen=True)
@@ -82,7 +86,7 @@ def _drain_batches(
     far, even when a LeaseLost ends the drain. A batch is acknowledged in the same round trip
     that renews the lease and reads the next."""
     with lease.kept():
-        done = _process(ctx, shard, _reclaim(ctx, shard))
+        done = _process(ctx, shard, _earliest(ctx, shard))
     counter[0] += len(done)
     started = time.monotonic()
     wait = ctx.settings.batch_wait_ms if wait_ms is None else wait_ms
@@ -103,23 +107,25 @@ def _drain_batches(
 
 def _ack_and_read(
     ctx: WorkerContext, shard: int, lease: Lease, done: list[bytes], *, read: bool
-) -> list[RawEntry]:
+) -> Fetched:
     """One round trip: acknowledge and delete the committed entries ``done``, renew the shard
     lease (LeaseLost if it is gone) and, with ``read``, take up to batch_size new entries without
-    waiting. Entries read along with a lost lease stay pending for this consumer; the next drain
-    of the shard reclaims them once they have been idle for the lease's TTL."""
+    waiting and count the group's pending entries after that. Entries read along with a lost
+    lease stay pending for this consumer; the next holder of the shard applies them first."""
     key = ctx.keys.inbox(shard)
     pipe = ctx.redis.pipeline(transaction=False)
     if done:
         pipe.xack(key, GROUP, *done)
         pipe.xdel(key, *done)
     lease.queue_renew(pipe)
-    if read:
-        pipe.xreadgroup(GROUP, ctx.consumer, {key: ">"}, count=ctx.settings.batch_size)
-    replies = pipe.execute()
-    lease.renewed(replies[-2] if read else replies[-1])
-    got = replies[-1] if read else None
-    return list(got[0][1]) if got else []
+    if not read:
+        lease.renewed(pipe.execute()[-1])
+        return [], 0
+    pipe.xreadgroup(GROUP, ctx.consumer, {key: ">"}, count=ctx.settings.batch_size)
+    pipe.xpending(key, GROUP)
+    *_, renewal, got, pending = pipe.execute()
+    lease.renewed(renewal)
+    return (list(got[0][1]) if got else []), int(pending["pending"])
 
 
 def next_shard(ctx: WorkerContext, shard: int) -> int | None:
@@ -162,47 +168,51 @@ def ensure_group(ctx: WorkerContext, shard: int) -> None:
             raise
 
 
-def _reclaim(ctx: WorkerContext, shard: int) -> list[RawEntry]:
-    """This consumer's own pending entries, then those a dead worker left behind."""
+def _earliest(ctx: WorkerContext, shard: int) -> list[RawEntry]:
+    """The earliest batch_size entries pending in the shard's group, whoever read them, claimed
+    for this consumer. Every pending entry precedes every entry not yet read, so applying these
+    first keeps stream order: a previous holder's stranded entries go before any later one. The
+    drain holds the shard lease, so their reader has lost it; should it still commit them, the
+    namespace lock's fence refuses it or the notes' entry ids make the later copy a no-op."""
     key = ctx.keys.inbox(shard)
-    own = ctx.redis.xreadgroup(GROUP, ctx.consumer, {key: "0"}, count=ctx.settings.batch_size)
-    entries: list[RawEntry] = [e for e in (own[0][1] if own else []) if e[1]]
     _, claimed, deleted = ctx.redis.xautoclaim(
-        key,
-        GROUP,
-        ctx.consumer,
-        min_idle_time=int(ctx.settings.lease_s * 1000),
-        start_id="0-0",
-        count=ctx.settings.batch_size,
+        key, GROUP, ctx.consumer, min_idle_time=0, start_id="0-0", count=ctx.settings.batch_size
     )
     if deleted:
         ctx.redis.xack(key, GROUP, *deleted)
     if claimed:
-        log.warning("shard=%d reclaimed %d entries from a dead worker", shard, len(claimed))
-    return entries + [e for e in claimed if e[1]]
+        log.warning("shard=%d applies %d entries left pending first", shard, len(claimed))
+    return [e for e in claimed if e[1]]
 
 
-def _read(ctx: WorkerContext, shard: int, wait_ms: int, entries: list[RawEntry]) -> list[RawEntry]:
-    """``entries`` (a first read that did not wait) topped up to batch_size, waiting up to
-    ``wait_ms`` to fill the batch; an empty first read returns at once."""
+def _read(ctx: WorkerContext, shard: int, wait_ms: int, first: Fetched) -> list[RawEntry]:
+    """The next batch: ``first`` (a read that did not wait) topped up to batch_size, waiting up
+    to ``wait_ms`` to fill it (an empty first read returns at once); or, when the group holds
+    pending entries besides these (read by a previous holder of the shard, even after it lost
+    the lease), the earliest pending entries instead."""
+    entries, pending = first
     key, size = ctx.keys.inbox(shard), ctx.settings.batch_size
     deadline = time.monotonic() + wait_ms / 1000
     while entries and len(entries) < size:
         remaining_ms = int((deadline - time.monotonic()) * 1000)
         if remaining_ms <= 0:
             break
-        got = ctx.redis.xreadgroup(
+        pipe = ctx.redis.pipeline(transaction=False)
+        pipe.xreadgroup(
             GROUP, ctx.consumer, {key: ">"}, count=size - len(entries), block=remaining_ms
         )
+        pipe.xpending(key, GROUP)
+        got, summary = pipe.execute()
+        pending = int(summary["pending"])
         if not got:
             break
         entries += got[0][1]
-    return entries
+    return _earliest(ctx, shard) if pending > len(entries) else entries
 
 
 def _process(ctx: WorkerContext, shard: int, batch: list[RawEntry]) -> list[bytes]:
     """Apply a batch; returns its entry ids, committed or dead-lettered, for acknowledging."""
-    payloads = {raw_id.decode(): fields.get(b"j", b"") for raw_id, fields in batch}
+    payloads = {origin(raw_id, fields): fields.get(b"j", b"") for raw_id, fields in batch}
     for ns, entries in _accepted(ctx, shard, batch).items():
         _handle_isolated(ctx, shard, ns, entries, payloads)
     return [raw_id for raw_id, _ in batch]
@@ -212,7 +222,7 @@ def _accepted(ctx: WorkerContext, shard: int, batch: list[RawEntry]) -> dict[str
     """The batch's jobs by namespace, in order; the rest are dead-lettered with their reason."""
     by_ns: dict[str, list[Entry]] = defaultdict(list)
     for raw_id, fields in batch:
-        entry_id = raw_id.decode()
+        entry_id = origin(raw_id, fields)
         payload = fields.get(b"j", b"")
         try:
             job = decode_job(ctx, fields)
@@ -272,6 +282,12 @@ def _handle_isolated(
         except Exception as exc:
             log.exception("job entry=%s of ns=%s failed", entry[0], ns)
             dead_letter(ctx, shard, entry[0], payloads[entry[0]], f"failed: {exc!r}", ns)
+
+
+def origin(raw_id: bytes, fields: dict[bytes, bytes]) -> str:
+    """The entry id a job is judged by: its own, or for a job re-queued from the dead-letter
+    stream the one it had when first queued (so a retry keeps its place in stream order)."""
+    return (fields.get(ORIGIN_FIELD.encode()) or raw_id).decode()
 
 
 def decode_job(ctx: WorkerContext, fields: dict[bytes, bytes]) -> StoreJob | DeleteJob:

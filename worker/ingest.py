@@ -3,8 +3,9 @@ commit notes + links + change log + audit in one MULTI/EXEC (worker/commit.py), 
 the projection. Deletes tombstone their notes (worker/tombstone.py).
 
 Runs under the namespace lock so that two workers never organise one namespace at once.
-Idempotent: each note records the inbox entry that last wrote it (``src``), and a redelivered
-entry at or before that is skipped.
+Exactly once in effect: each id records the inbox entry of the last store or delete applied to it
+(``src``), and a job at or before that entry (redelivered, reclaimed, or retried from the
+dead-letter stream with its original entry id) is a no-op.
 """
 
 from __future__ import annotations
@@ -157,9 +158,9 @@ def _store(ctx: WorkerContext, proj: Projection, lease: Lease, read: _Read) -> d
     latest = {job.id: (eid, job) for eid, job in read.entries}  # ids are unique within a round
     existing = read.existing
     todo = [
-        Pending(eid, job, notes.unpack_fields(existing[nid]) if nid in existing else None)
+        Pending(eid, job, _stored(existing.get(nid)))
         for nid, (eid, job) in latest.items()
-        if not _already_applied(existing.get(nid), eid)
+        if not notes.reflects(existing.get(nid), eid)
     ]
     if not todo:
         return {}
@@ -201,9 +202,9 @@ def _sequence(ctx: WorkerContext, tail: bytes | None, todo: list[Pending]) -> li
     return sequence_links(previous, steps, s.sequence_window_s, s.sequence_weight)
 
 
-def _already_applied(fields: notes.Fields | None, entry_id: str) -> bool:
-    src = fields.get(b"src") if fields else None
-    return src is not None and notes.stream_pos(src) >= notes.stream_pos(entry_id)
+def _stored(fields: notes.Fields | None) -> dict[str, Any] | None:
+    """The stored note a store job updates; None when there is none (or only a delete's fence)."""
+    return notes.unpack_fields(fields) if fields is not None and notes.is_note(fields) else None
 
 
 def _prepare(ctx: WorkerContext, todo: list[Pending], last_seq: int) -> None:
@@ -283,8 +284,7 @@ def _with_existing(ctx: WorkerContext, ns: str, atoms: list[Pending]) -> list[Pe
         return []
     existing = notes.read_notes(ctx.redis, ctx.keys, ns, [a.job.id for a in atoms])
     for a in atoms:
-        if a.job.id in existing:
-            a.existing = notes.unpack_fields(existing[a.job.id])
+        a.existing = _stored(existing.get(a.job.id))
     return atoms
 
 

@@ -232,6 +232,31 @@ def unpack_fields(raw: Fields) -> dict[str, Any]:
     return out
 
 
+def reflects(fields: Fields | None, entry_id: str) -> bool:
+    """Whether a note hash already reflects inbox entry ``entry_id`` or a later one: the entry
+    it records (``src``: the last store or delete applied to the id) is not older. A job it
+    reflects is a no-op, so a redelivered, reclaimed or retried job never undoes a later one."""
+    src = fields.get(b"src") if fields else None
+    return src is not None and stream_pos(src) >= stream_pos(entry_id)
+
+
+def is_note(fields: Fields | None) -> bool:
+    """Whether a hash is a note (active or tombstoned), not only the fence a delete of an id
+    that never was a note leaves (``fence_deleted``)."""
+    return fields is not None and b"seq" in fields
+
+
+def fence_deleted(pipe: Pipeline, keys: Keys, ns: str, fences: Mapping[str, str]) -> None:
+    """Record on each deleted id the delete's inbox entry (``src``), so that an older job of
+    that id is no longer applied. An id with no hash gets one holding only id, status and
+    src: deleted before it was ever stored (or before its store was retried)."""
+    for note_id, entry_id in fences.items():
+        pipe.hset(
+            keys.note(ns, note_id),
+            mapping={"id": note_id, "status": "tombstoned", "src": entry_id},
+        )
+
+
 def stream_pos(entry_id: str | bytes) -> tuple[int, int]:
     """A Redis stream entry id as a comparable (milliseconds, sequence) pair."""
     text = entry_id.decode() if isinstance(entry_id, bytes) else entry_id

@@ -1,7 +1,10 @@
 """Tombstoning: a deleted or evicted note leaves the index and the active set, loses its vector
-and its links (from both sides), keeps its hash as a tombstone, and gets an audit entry."""
+and its links (from both sides), keeps its hash as a tombstone, and gets an audit entry. A
+delete also records its inbox entry on the id, so an older job of that id is a no-op after it."""
 
 from __future__ import annotations
+
+from redis.client import Pipeline
 
 from producer.protocol import DeleteJob
 from worker import construction, notes
@@ -14,21 +17,27 @@ from worker.projection import Projection, catch_up
 def delete_jobs(
     ctx: WorkerContext, proj: Projection, lease: Lease, entries: list[tuple[str, DeleteJob]]
 ) -> None:
-    """Tombstone the notes a batch's delete jobs name that are still active, with the atomic
-    notes split off those that are source notes."""
+    """Apply a batch's delete jobs that are newer than what their ids reflect: tombstone the
+    active notes among them, with the atomic notes split off those that are source notes, and
+    record each delete's entry on its id (``notes.fence_deleted``)."""
     ns = proj.ns
-    ids = list(dict.fromkeys(job.id for _, job in entries))
-    existing = notes.read_notes(ctx.redis, ctx.keys, ns, ids)
-    live = [nid for nid in ids if existing.get(nid, {}).get(b"status") == b"active"]
-    if not live:
+    fences = {job.id: eid for eid, job in entries}  # in inbox order: the last delete of each id
+    existing = notes.read_notes(ctx.redis, ctx.keys, ns, list(fences))
+    fences = {nid: eid for nid, eid in fences.items() if not notes.reflects(existing.get(nid), eid)}
+    if not fences:
         return
     actors = {job.id: job.agent or "unknown" for _, job in entries}
-    sources = {job.id: eid for eid, job in entries}
-    victims = {nid: existing[nid] for nid in live}
+    sources = dict(fences)
+    victims = {nid: existing[nid] for nid in fences if _active(existing.get(nid))}
     split = [nid for nid, f in victims.items() if f.get(b"kind") == b"source"]
     for aid, (parent, fields) in construction.stored_atoms(ctx, ns, split, set(victims)).items():
         victims[aid], actors[aid], sources[aid] = fields, actors[parent], sources[parent]
-    tombstone_notes(ctx, proj, lease, victims, "delete", actors, sources)
+        fences[aid] = fences[parent]
+    tombstone_notes(ctx, proj, lease, victims, "delete", actors, sources, fences)
+
+
+def _active(fields: notes.Fields | None) -> bool:
+    return fields is not None and fields.get(b"status") == b"active"
 
 
 def tombstone_notes(
@@ -39,30 +48,49 @@ def tombstone_notes(
     op: str,
     actors: dict[str, str],
     sources: dict[str, str],
+    fences: dict[str, str] | None = None,
 ) -> int:
-    """Tombstone notes and unlink them from both sides (delete and eviction share this)."""
+    """Tombstone notes and unlink them from both sides (delete and eviction share this); with
+    ``fences``, record the deletes' entries on their ids in the same MULTI/EXEC."""
     keys, ns = ctx.keys, proj.ns
-    neighbours = notes.read_links(ctx.redis, keys, ns, list(existing))
+    neighbours = notes.read_links(ctx.redis, keys, ns, list(existing)) if existing else {}
     with lease.fenced() as pipe:
-        for nid in existing:
-            notes.unlink_all(pipe, keys, ns, nid, neighbours[nid])
-        seqs = {nid: int(fields[b"seq"]) for nid, fields in existing.items()}
-        notes.tombstone_all(pipe, keys, ns, seqs, ctx.settings.changelog_max)
-        for nid, fields in existing.items():
-            before = {**notes.public_view(notes.unpack_fields(fields)), "links": neighbours[nid]}
-            notes.audit(
-                pipe,
-                keys,
-                ns,
-                op,
-                nid,
-                actor=actors.get(nid, "worker"),
-                source=sources.get(nid, op),
-                before=before,
-                after={"status": "tombstoned"},
-            )
-        pipe.hincrby(keys.stats(ns), "links", -undirected(set(existing), neighbours))
+        if existing:
+            _tombstone(pipe, ctx, ns, existing, neighbours, op, actors, sources)
+        notes.fence_deleted(pipe, keys, ns, fences or {})
         pipe.execute()
-    with proj.lock:
-        catch_up(ctx, proj)
+    if existing:
+        with proj.lock:
+            catch_up(ctx, proj)
     return len(existing)
+
+
+def _tombstone(
+    pipe: Pipeline,
+    ctx: WorkerContext,
+    ns: str,
+    existing: dict[str, notes.Fields],
+    neighbours: dict[str, dict[str, float]],
+    op: str,
+    actors: dict[str, str],
+    sources: dict[str, str],
+) -> None:
+    keys = ctx.keys
+    for nid in existing:
+        notes.unlink_all(pipe, keys, ns, nid, neighbours[nid])
+    seqs = {nid: int(fields[b"seq"]) for nid, fields in existing.items()}
+    notes.tombstone_all(pipe, keys, ns, seqs, ctx.settings.changelog_max)
+    for nid, fields in existing.items():
+        before = {**notes.public_view(notes.unpack_fields(fields)), "links": neighbours[nid]}
+        notes.audit(
+            pipe,
+            keys,
+            ns,
+            op,
+            nid,
+            actor=actors.get(nid, "worker"),
+            source=sources.get(nid, op),
+            before=before,
+            after={"status": "tombstoned"},
+        )
+    pipe.hincrby(keys.stats(ns), "links", -undirected(set(existing), neighbours))
