@@ -232,6 +232,13 @@ def unpack_fields(raw: Fields) -> dict[str, Any]:
     return out
 
 
+def tail_among(r: Redis, keys: Keys, ns: str, ids: Iterable[str]) -> bool:
+    """Whether the namespace's sequence tail (its last new note, which the next new note links
+    to) is one of ``ids``; a commit that tombstones it deletes the tail with it."""
+    raw = r.get(keys.tail(ns))
+    return raw is not None and str(msgpack.unpackb(raw, raw=False)[0]) in set(ids)
+
+
 def reflects(fields: Fields | None, entry_id: str) -> bool:
     """Whether a note hash already reflects inbox entry ``entry_id`` or a later one: the entry
     it records (``src``: the last store or delete applied to the id) is not older. A job it

@@ -54,9 +54,12 @@ def tombstone_notes(
     ``fences``, record the deletes' entries on their ids in the same MULTI/EXEC."""
     keys, ns = ctx.keys, proj.ns
     neighbours = notes.read_links(ctx.redis, keys, ns, list(existing)) if existing else {}
+    drop_tail = bool(existing) and notes.tail_among(ctx.redis, keys, ns, existing)
     with lease.fenced() as pipe:
         if existing:
             _tombstone(pipe, ctx, ns, existing, neighbours, op, actors, sources)
+        if drop_tail:  # the next new note must not link to a tombstone
+            pipe.delete(keys.tail(ns))
         notes.fence_deleted(pipe, keys, ns, fences or {})
         pipe.execute()
     if existing:

@@ -17,6 +17,7 @@ from worker import drain as drain_module
 from worker.context import WorkerContext
 from worker.deadletter import retry_dead
 from worker.drain import GROUP, RawEntry, drain_shard
+from worker.integrity import check_namespace
 from worker.lease import LeaseLost
 from worker.settings import WorkerSettings
 
@@ -278,3 +279,19 @@ def test_a_retried_dead_job_is_applied_and_keeps_its_place_if_dead_lettered_agai
     drain_until_empty(wide)
     assert note(wide, nid)[b"content"] == LONG.encode()
     assert wide.redis.xlen(wide.keys.dead()) == 0
+
+
+def test_a_note_stored_after_the_last_new_note_was_deleted_links_to_no_tombstone(
+    workers: tuple[WorkerContext, WorkerContext], mem: MemoryClient
+) -> None:
+    """The sequence tail (the last new note) is deleted with its note: the next new note of the
+    same episode has no sequence link to a tombstone (found by the real-process test)."""
+    ctx, _ = workers
+    first = mem.store("The first reading of the day.", namespace=NS, agent="logger")
+    drain_until_empty(ctx)
+    mem.delete(first, namespace=NS)
+    drain_until_empty(ctx)
+    mem.store("The second reading of the day.", namespace=NS, agent="logger")
+    drain_until_empty(ctx)
+    assert check_namespace(ctx, NS) == []
+    assert ctx.redis.exists(ctx.keys.links(NS, first)) == 0
