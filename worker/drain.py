@@ -286,8 +286,16 @@ def _handle_isolated(
 
 def origin(raw_id: bytes, fields: dict[bytes, bytes]) -> str:
     """The entry id a job is judged by: its own, or for a job re-queued from the dead-letter
-    stream the one it had when first queued (so a retry keeps its place in stream order)."""
-    return (fields.get(ORIGIN_FIELD.encode()) or raw_id).decode()
+    stream the one it had when first queued (so a retry keeps its place in stream order). An
+    origin that is not an entry id before the job's own is ignored: it can only make a job
+    older (a no-op where a later job was applied), never newer than its place in the stream."""
+    own = raw_id.decode()
+    first = fields.get(ORIGIN_FIELD.encode())
+    try:
+        claimed = first.decode() if first is not None else own
+        return claimed if notes.stream_pos(claimed) < notes.stream_pos(own) else own
+    except (UnicodeDecodeError, ValueError):
+        return own
 
 
 def decode_job(ctx: WorkerContext, fields: dict[bytes, bytes]) -> StoreJob | DeleteJob:
