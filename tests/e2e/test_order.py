@@ -1,11 +1,12 @@
 """Fault injection: real `zettelq worker` processes, the shard's lease holder SIGSTOPped past its
 lease (and then resumed) again and again while one producer stores, deletes and re-stores a few
-hot ids. Afterwards a check that reads Redis directly finds every id in the state of its last job
-in stream order: nothing acknowledged lost, nothing deleted brought back, no older version over a
-newer one."""
+hot ids; and Redis itself SIGSTOPped for seconds while the workers drain such jobs. Afterwards a
+check that reads Redis directly finds every id in the state of its last job in stream order:
+nothing acknowledged lost, nothing deleted brought back, no older version over a newer one."""
 
 from __future__ import annotations
 
+import os
 import random
 import signal
 import subprocess
@@ -39,15 +40,23 @@ LEASE_S = 1.0
 PAUSE_S = 1.5 * LEASE_S  #: how long the lease holder stays stopped: its leases expire
 #: small batches, so the holder is stopped with a batch in hand (read, maybe committed, not acked)
 WORKER_ENV = {"ZQ_BATCH_SIZE": "8", "ZQ_BATCH_WAIT_MS": "20"}
+FREEZES = 5
+FREEZE_S = 2.0  #: over the lease and the workers' socket timeout (1 s)
 
 
-def produce(settings: WorkerSettings, expected: dict[str, str | None], seed: int) -> None:
+def produce(
+    settings: WorkerSettings,
+    expected: dict[str, str | None],
+    seed: int,
+    jobs: range = range(OPS),
+    gap_s: float = OP_GAP_S,
+) -> None:
     """Store, delete and re-store hot ids from one client, so the stream holds the jobs in the
     order they were made; ``expected`` ends with each id's last job (its content, or None for a
     delete)."""
     rng = random.Random(seed)
     with MemoryClient(settings) as mem:
-        for n in range(OPS):
+        for n in jobs:
             nid = f"hot-{n // SHIFT_EVERY + rng.randrange(HOT)}"
             if rng.random() < 0.3:
                 mem.delete(nid, namespace=NS)
@@ -56,7 +65,7 @@ def produce(settings: WorkerSettings, expected: dict[str, str | None], seed: int
                 content = f"Reading {n} of sensor {nid}: {rng.randint(0, 999)} watts."
                 mem.store(content, namespace=NS, id=nid)
                 expected[nid] = content
-            time.sleep(OP_GAP_S)
+            time.sleep(gap_s)
 
 
 class Holders:
@@ -115,14 +124,48 @@ def test_pausing_the_lease_holder_keeps_every_id_at_its_last_job(tmp_path: Path)
             inbox = f"{settings.key_prefix}:{{s0}}:inbox"
             wait_until(lambda: r.xlen(inbox) == 0, timeout_s=60)
         assert paused == PAUSES
-        assert r.xlen(f"{settings.key_prefix}:dead") == 0
-        wrong = {nid: (want, state(r, settings, nid)) for nid, want in expected.items()}
-        assert {nid: got for nid, got in wrong.items() if got[0] != got[1]} == {}
-        ctx = WorkerContext.build(settings)
-        try:
-            assert check_namespace(ctx, NS) == []
-        finally:
-            ctx.close()
+        check(r, settings, expected)
+        r.close()
+
+
+def check(r: Redis, settings: WorkerSettings, expected: dict[str, str | None]) -> None:
+    """Every id in the state of its last job, no dead letter, and the namespace consistent."""
+    assert r.xlen(f"{settings.key_prefix}:dead") == 0
+    wrong = {nid: (want, state(r, settings, nid)) for nid, want in expected.items()}
+    assert {nid: got for nid, got in wrong.items() if got[0] != got[1]} == {}
+    ctx = WorkerContext.build(settings)
+    try:
+        assert check_namespace(ctx, NS) == []
+    finally:
+        ctx.close()
+
+
+def test_freezing_redis_mid_batch_keeps_every_id_at_its_last_job(tmp_path: Path) -> None:
+    """Redis SIGSTOPped for longer than the lease and the workers' socket timeout, just after a
+    commit, FREEZES times while the workers drain a backlog of hot-id jobs: commits whose EXEC
+    Redis applied while the worker saw a timeout, and leases that expired in the stall, are
+    redelivered and taken over; every id still ends at its last job."""
+    with EmbeddedRedis() as server:
+        settings = make_settings(tmp_path, redis_url=server.url, shard_count=1, lease_s=LEASE_S)
+        r = Redis.from_url(settings.redis_url)
+        redis_pid = int(r.info("server")["process_id"])
+        audit = f"{settings.key_prefix}:{{{NS}}}:audit"
+        expected: dict[str, str | None] = {}
+        env = {**WORKER_ENV, "ZQ_SOCKET_TIMEOUT_S": "1.0"}
+        with running(settings, 2, **env):
+            wait_ready(settings, 2)
+            chunk = OPS // FREEZES
+            for i in range(FREEZES):
+                produce(settings, expected, 17, range(i * chunk, (i + 1) * chunk), 0.0)
+                r.xread({audit: "$"}, block=2000)  # a commit just landed
+                os.kill(redis_pid, signal.SIGSTOP)
+                try:
+                    time.sleep(FREEZE_S)
+                finally:
+                    os.kill(redis_pid, signal.SIGCONT)
+            inbox = f"{settings.key_prefix}:{{s0}}:inbox"
+            wait_until(lambda: r.xlen(inbox) == 0, timeout_s=60)
+        check(r, settings, expected)
         r.close()
 
 
