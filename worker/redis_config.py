@@ -1,40 +1,139 @@
-"""Redis server settings that zettelq's durability and speed depend on, checked when a worker
-starts.
+"""The Redis server a process runs on, checked when a worker, searcher, ``zettelq dev`` or the
+demo starts.
 
-Nothing breaks without them; a worker logs a warning for each, so an operator running their own
-Redis learns that it can lose notes (no AOF) or costs more than the benchmarks say.
+A server older than Redis 7.0 is refused (``require_supported``): the drain reads XAUTOCLAIM's
+reply in its 7.0 shape. Everything else is advice (``advice``), logged once as a warning per gap,
+so an operator running their own Redis learns that it can lose notes (an evicting
+``maxmemory-policy``, no AOF) or costs more than the benchmarks say (small listpack values).
 """
 
 from __future__ import annotations
 
-from redis import Redis
-from redis.exceptions import RedisError
+import logging
+import re
+from collections.abc import Mapping
+from pathlib import PurePath
 
+from redis import Redis
+from redis.exceptions import RedisError, ResponseError
+
+from producer.errors import ZettelqError
+
+log = logging.getLogger(__name__)
+
+#: The oldest Redis zettelq runs on (every Valkey, 7.2 and later, reports redis_version >= 7.2).
+MIN_VERSION = (7, 0)
+#: What in zettelq needs MIN_VERSION, named in the refusal.
+NEEDS_MIN_VERSION = (
+    "XAUTOCLAIM's three-element reply (7.0), which the drain reads to reclaim a dead worker's"
+    " entries"
+)
 #: A packed link (weight, reason, label, source, time) is ~130 bytes; a links hash keeps the
 #: compact listpack encoding only while every value fits under the server's bound.
 LISTPACK_VALUE = 256
-#: The bound's name since Redis 7, then its name before (7.x answers to both).
-LISTPACK_VALUE_NAMES = ("hash-max-listpack-value", "hash-max-ziplist-value")
+#: The data dir of a server whose owner deletes it on stop (tests, the demo, ``dev --ephemeral``):
+#: no AOF is right there, so advice() does not ask for it.
+THROWAWAY_DIR_PREFIX = "zq-throwaway-"
+#: The server settings advice() reads.
+ADVISED = ("appendonly", "dir", "maxmemory-policy", "hash-max-listpack-value")
+
+
+class UnsupportedRedis(ZettelqError):
+    """The Redis server is older than zettelq needs."""
+
+
+def parse_version(text: str) -> tuple[int, int]:
+    """(major, minor) of a version such as ``7.0.15``; ValueError if text has none."""
+    match = re.match(r"(\d+)\.(\d+)", text)
+    if match is None:
+        raise ValueError(f"not a version: {text!r}")
+    return int(match[1]), int(match[2])
+
+
+def describe(info: Mapping[str, object]) -> str:
+    """The server as its INFO server section names it: ``Redis 7.0.15``, ``Valkey 9.1.2 (Redis
+    7.2.4)``."""
+    redis_version = str(info.get("redis_version", "?"))
+    if "valkey_version" in info:
+        return f"Valkey {info['valkey_version']} (Redis {redis_version})"
+    return f"Redis {redis_version}"
+
+
+def require_supported(r: Redis) -> None:
+    """Raise UnsupportedRedis unless the server reports redis_version >= MIN_VERSION.
+
+    A user not allowed INFO, or a server that reports no version, is let through (logged): the
+    drain then fails on its own if the server is too old.
+    """
+    try:
+        info = r.info("server")
+    except ResponseError as exc:  # NOPERM: this user may not run INFO
+        log.info("cannot read INFO server (%s); not checking the Redis version", exc)
+        return
+    if "redis_version" not in info:
+        log.info("INFO server reports no redis_version; not checking the Redis version")
+        return
+    if parse_version(str(info["redis_version"])) < MIN_VERSION:
+        host, port = _address(r)
+        raise UnsupportedRedis(
+            f"{describe(info)} at {host}:{port} is too old: zettelq needs Redis >="
+            f" {'.'.join(map(str, MIN_VERSION))} (or any Valkey) for {NEEDS_MIN_VERSION}"
+        )
+
+
+def _address(r: Redis) -> tuple[str, str]:
+    kwargs = r.connection_pool.connection_kwargs
+    return str(kwargs.get("host", kwargs.get("path", "?"))), str(kwargs.get("port", ""))
 
 
 def advice(r: Redis) -> list[str]:
     """What to change in the server's configuration (empty when nothing, or when CONFIG GET is
     not allowed to this user)."""
     try:
-        found = {name: r.config_get(name) for name in ("appendonly", *LISTPACK_VALUE_NAMES)}
+        found: dict[str, str] = {}
+        for name in ADVISED:
+            found.update(r.config_get(name))
     except RedisError:
         return []
-    out = []
-    if found["appendonly"].get("appendonly") == "no":
-        out.append(
-            "Redis has appendonly no: it holds the only copy of the notes, and a crash or "
-            "restart loses every write since its last snapshot; turn AOF on (deploy/redis.conf)"
-        )
-    name = next((n for n in LISTPACK_VALUE_NAMES if n in found[n]), None)
-    if name is not None and int(found[name][name]) < LISTPACK_VALUE:
-        out.append(
-            f"Redis has {name} {found[name][name]}: links hashes will use the hashtable "
-            f"encoding, which costs ~25% more Redis CPU per organised note and ~12% more "
-            f"memory; set it to {LISTPACK_VALUE} (deploy/redis.conf)"
-        )
-    return out
+    lines = [_eviction_advice(found), _aof_advice(found), _listpack_advice(found)]
+    return [line for line in lines if line]
+
+
+def _eviction_advice(found: Mapping[str, str]) -> str:
+    policy = found.get("maxmemory-policy", "noeviction")
+    if policy == "noeviction":
+        return ""
+    return (
+        f"Redis has maxmemory-policy {policy}: at its memory limit it deletes keys on its own,"
+        " notes and queued jobs among them, without an error to anyone; set noeviction"
+        " (deploy/redis.conf)"
+    )
+
+
+def _aof_advice(found: Mapping[str, str]) -> str:
+    throwaway = PurePath(found.get("dir", "")).name.startswith(THROWAWAY_DIR_PREFIX)
+    if found.get("appendonly") != "no" or throwaway:
+        return ""
+    return (
+        "Redis has appendonly no: it holds the only copy of the notes, and a crash or "
+        "restart loses every write since its last snapshot; turn AOF on (deploy/redis.conf)"
+    )
+
+
+def _listpack_advice(found: Mapping[str, str]) -> str:
+    value = found.get("hash-max-listpack-value")
+    if value is None or int(value) >= LISTPACK_VALUE:
+        return ""
+    return (
+        f"Redis has hash-max-listpack-value {value}: links hashes will use the hashtable "
+        f"encoding, which costs ~25% more Redis CPU per organised note and ~12% more "
+        f"memory; set it to {LISTPACK_VALUE} (deploy/redis.conf)"
+    )
+
+
+def check_at_start(r: Redis) -> None:
+    """Refuse a server older than MIN_VERSION (UnsupportedRedis), then log each advice() line as
+    a warning. Called once per process that serves (worker main process, searcher)."""
+    require_supported(r)
+    for line in advice(r):
+        log.warning("%s", line)
