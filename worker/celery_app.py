@@ -90,14 +90,17 @@ def _on_pool_process(**_: object) -> None:
 def _on_worker_ready(sender: Any = None, **_: object) -> None:
     from worker.tasks import send_drain
 
+    with Redis.from_url(settings.redis_url, **redis_kwargs(settings)) as r:
+        try:
+            redis_config.check_at_start(r)
+        except redis_config.UnsupportedRedis as exc:
+            log.critical("%s", exc)
+            raise SystemExit(1) from exc
     _state["heartbeat"] = ProcessHeartbeat(settings, "worker").start()
     _state["dispatcher"] = Dispatcher(settings, send_drain).start()
     if app.conf.worker_pool != "prefork":
         _start_servers()
     log.info("zettelq worker ready: shards=%d", settings.shard_count)
-    with Redis.from_url(settings.redis_url, **redis_kwargs(settings)) as r:
-        for line in redis_config.advice(r):
-            log.warning("%s", line)
 
 
 @signals.worker_shutdown.connect

@@ -151,15 +151,15 @@ def _add_processes(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> 
 
 
 def _worker(settings: WorkerSettings, args: argparse.Namespace, rest: list[str]) -> int:
-    from worker.celery_app import INGEST_QUEUE, MAINT_QUEUE, app
+    from worker.celery_app import INGEST_QUEUE, MAINT_QUEUE
 
-    app.worker_main(["worker", "-Q", f"{INGEST_QUEUE},{MAINT_QUEUE}", *rest])
-    return 0
+    return _celery("worker", "-Q", f"{INGEST_QUEUE},{MAINT_QUEUE}", *rest)
 
 
 def _searcher(settings: WorkerSettings, args: argparse.Namespace, rest: list[str]) -> int:
     from worker.context import WorkerContext
     from worker.heartbeat import ProcessHeartbeat
+    from worker.redis_config import check_at_start
     from worker.server import SearchServer
     from worker.snapshot import Snapshotter
 
@@ -168,6 +168,7 @@ def _searcher(settings: WorkerSettings, args: argparse.Namespace, rest: list[str
         signal.signal(signum, lambda *_: stopped.set())
     ctx = WorkerContext.build(settings)
     ctx.redis.ping()  # a dead Redis is one error line now, not a retry loop
+    check_at_start(ctx.redis)
     server = SearchServer(ctx, settings.search_threads).start()
     snapshotter = Snapshotter(ctx).start()
     heartbeat = ProcessHeartbeat(settings, "searcher", consumer=ctx.consumer).start()
@@ -181,10 +182,15 @@ def _searcher(settings: WorkerSettings, args: argparse.Namespace, rest: list[str
 
 
 def _beat(settings: WorkerSettings, args: argparse.Namespace, rest: list[str]) -> int:
-    from worker.celery_app import app
+    return _celery("beat", *rest)
 
-    app.start(["beat", *rest])
-    return 0
+
+def _celery(*argv: str) -> int:
+    """Run ``celery ARGV`` on the zettelq app and return its exit code (app.start and
+    app.worker_main drop it: a worker that refused its Redis would exit 0)."""
+    from celery.bin.celery import celery
+
+    return int(celery.main(["-A", "worker.celery_app:app", *argv], standalone_mode=False) or 0)
 
 
 def spawn(command: str, *extra: str, quiet: bool = False) -> subprocess.Popen[bytes]:
@@ -214,6 +220,8 @@ def _dev(settings: WorkerSettings, args: argparse.Namespace, rest: list[str]) ->
     if embedded is not None:
         kept = "nothing on disk" if args.ephemeral else f"its data in {args.data_dir}"
         log.info("started an embedded Redis at %s; it keeps %s", embedded.url, kept)
+    else:
+        _require_supported(settings)  # the worker warns about its configuration
     procs = [spawn("worker", "--loglevel=INFO"), spawn("beat", "--loglevel=INFO")]
     try:
         while all(p.poll() is None for p in procs):
@@ -232,11 +240,22 @@ def _dev(settings: WorkerSettings, args: argparse.Namespace, rest: list[str]) ->
 def _demo(settings: WorkerSettings, args: argparse.Namespace, rest: list[str]) -> int:
     from worker.demo import run_demo
 
+    _require_supported(settings)  # before a worker that would refuse it and leave us waiting
     worker = spawn("worker", "--loglevel=WARNING", quiet=True)
     try:
         return run_demo(settings)
     finally:
         stop([worker])
+
+
+def _require_supported(settings: WorkerSettings) -> None:
+    from redis import Redis
+
+    from producer.core import redis_kwargs
+    from worker.redis_config import require_supported
+
+    with Redis.from_url(settings.redis_url, **redis_kwargs(settings)) as r:
+        require_supported(r)
 
 
 if __name__ == "__main__":
