@@ -230,7 +230,7 @@ class EmbeddedRedis:
         except BaseException:
             self.stop()
             raise
-        log.info("started embedded server pid=%d port=%d", self._proc.pid, self.port)
+        log.info("started embedded %s pid=%d port=%d", command[0], self._proc.pid, self.port)
         return self
 
     def stop(self) -> None:
