@@ -1,5 +1,6 @@
-"""A TCP proxy in front of a real Redis-protocol server that reports another redis_version in
-INFO: the server zettelq refuses, without an old Redis binary to run."""
+"""A TCP proxy in front of a real Redis-protocol server that makes it look like an older Redis
+in INFO (another redis_version, no valkey_ fields): the server zettelq refuses, without an old
+Redis binary to run."""
 
 from __future__ import annotations
 
@@ -12,6 +13,7 @@ from worker.devserver import _free_port
 
 CHUNK = 65536  #: bytes read from a socket at a time
 VERSION_LINE = re.compile(rb"redis_version:[^\r\n]*")
+VALKEY_LINES = re.compile(rb"(?:valkey_\w+|server_name):[^\r\n]*\r\n")  #: what Valkey adds
 
 
 LINES = frozenset(b"+-:_,#(")  #: RESP2/3 types whose value is the rest of the line
@@ -40,16 +42,18 @@ def reply_end(buf: bytes, pos: int) -> int | None:
 
 
 def rewrite(reply: bytes, version: bytes) -> bytes:
-    """The reply, with redis_version set to ``version`` when it is an INFO string."""
+    """The reply, with redis_version set to ``version`` (and Valkey's fields gone) when it is an
+    INFO string."""
     if reply[0] not in BLOBS or VERSION_LINE.search(reply) is None:
         return reply
     body = VERSION_LINE.sub(b"redis_version:" + version, reply[reply.index(b"\r\n") + 2 : -2])
+    body = VALKEY_LINES.sub(b"", body)
     return b"%c%d\r\n%s\r\n" % (reply[0], len(body), body)
 
 
 class VersionProxy:
     """Listens on a free loopback port; every connection is relayed to ``upstream_port``, and
-    each INFO reply coming back says ``redis_version:<version>``."""
+    each INFO reply coming back says ``redis_version:<version>`` and nothing of Valkey."""
 
     def __init__(self, upstream_port: int, version: str) -> None:
         self.upstream_port = upstream_port
