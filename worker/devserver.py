@@ -81,7 +81,8 @@ def find_redis_server() -> str:
         version = _version_of(path)
         if version is not None and version >= MIN_VERSION:
             return path
-        too_old.append(f"{path} {f'{version[0]}.{version[1]}' if version else '(version unknown)'}")
+        label = f"{version[0]}.{version[1]}" if version else "(version unknown)"
+        too_old.append(f"{path} {label}")
         log.info("skipping %s: zettelq needs %d.%d or later", too_old[-1], *MIN_VERSION)
     packaged = _packaged_server()
     if packaged is not None:
