@@ -51,7 +51,7 @@ DATA_SETS = (*NOISE, "notes")
 
 def clustered(n: int, noise: float, rng: np.random.Generator) -> npt.NDArray[np.float32]:
     centres = rng.standard_normal((max(1, n // CLUSTER_SIZE), DIM)).astype(np.float32)
-    x = centres[rng.integers(0, len(centres), n)]
+    x: npt.NDArray[np.float32] = centres[rng.integers(0, len(centres), n)]
     x += noise * rng.standard_normal((n, DIM)).astype(np.float32)
     x /= np.linalg.norm(x, axis=1, keepdims=True)
     return x

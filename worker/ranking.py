@@ -109,7 +109,7 @@ def mmr(
     Scores are first scaled to [0, 1] so the two terms are comparable."""
     if len(scores) == 0:
         return []
-    top = float(scores.max()) or 1.0
+    top = float(np.max(scores)) or 1.0
     rel = scores / top
     chosen: list[int] = []
     closest = np.full(len(scores), -np.inf, dtype=np.float32)
