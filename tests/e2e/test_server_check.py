@@ -16,7 +16,6 @@ from tests.e2e.resp_proxy import VersionProxy
 from tests.e2e.workers import stop, wait_until, worker_env
 from worker import cli
 from worker.devserver import EmbeddedRedis
-from worker.redis_config import UnsupportedRedis
 
 pytestmark = pytest.mark.e2e
 
@@ -57,13 +56,34 @@ def test_a_worker_refuses_a_server_reporting_redis_6_and_exits_non_zero(
 
 
 @pytest.mark.parametrize("command", [["demo"], ["dev", "--ephemeral"]])
-def test_the_demo_and_dev_refuse_it_before_starting_a_worker(
-    old_redis: VersionProxy, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, command: list[str]
+def test_the_demo_and_dev_refuse_it_in_one_line_before_starting_a_worker(
+    old_redis: VersionProxy,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+    command: list[str],
 ) -> None:
     for name, value in worker_env(make_settings(tmp_path, redis_url=old_redis.url)).items():
         monkeypatch.setenv(name, value)
-    with pytest.raises(UnsupportedRedis, match=f"{REFUSAL}.* is too old"):
-        cli.main(command)
+    assert cli.main(command) == 1
+    (line,) = capsys.readouterr().err.splitlines()
+    assert line.startswith(f"zettelq: error: {REFUSAL}") and "is too old" in line
+
+
+def test_a_searcher_refuses_it_in_one_line(old_redis: VersionProxy, tmp_path: Path) -> None:
+    env = worker_env(make_settings(tmp_path, redis_url=old_redis.url))
+    done = subprocess.run(
+        [sys.executable, "-m", "worker.cli", "searcher"],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert done.returncode == 1
+    (line,) = [line for line in done.stderr.splitlines() if "error" in line]
+    assert line.startswith(f"zettelq: error: {REFUSAL}") and "XAUTOCLAIM" in line
+    assert "Traceback" not in done.stderr
 
 
 def test_a_worker_warns_once_about_an_evicting_maxmemory_policy(tmp_path: Path) -> None:
