@@ -52,6 +52,8 @@ PROCESSES = frozenset({"dev", "searcher"})
 CELERY_COMMANDS = frozenset({"worker", "beat"})
 #: values of ZQ_DEBUG that turn tracebacks on
 TRUE = frozenset({"1", "true", "yes", "on"})
+#: the -W filter that silences Celery's warning about a worker running as root
+ROOT_WARNING = "ignore:You're running the worker with superuser privileges"
 #: modules whose add_commands(sub) adds their subcommands and returns their handlers by name
 COMMAND_MODULES = (commands, operations, health)
 
@@ -193,10 +195,15 @@ def _celery(*argv: str) -> int:
     return int(celery.main(["-A", "worker.celery_app:app", *argv], standalone_mode=False) or 0)
 
 
-def spawn(command: str, *extra: str, quiet: bool = False) -> subprocess.Popen[bytes]:
-    """Start ``zettelq COMMAND`` as a child process with this environment."""
+def spawn(
+    command: str, *extra: str, quiet: bool = False, warnings: Sequence[str] = ()
+) -> subprocess.Popen[bytes]:
+    """Start ``zettelq COMMAND`` as a child process with this environment; ``warnings`` are
+    Python ``-W`` filters for it."""
     out = subprocess.DEVNULL if quiet else None
-    return subprocess.Popen([sys.executable, "-m", "worker.cli", command, *extra], stdout=out)
+    options = [f"-W{w}" for w in warnings]
+    argv = [sys.executable, *options, "-m", "worker.cli", command, *extra]
+    return subprocess.Popen(argv, stdout=out)
 
 
 def stop(procs: Sequence[subprocess.Popen[bytes]], timeout_s: float = 15.0) -> None:
@@ -241,7 +248,9 @@ def _demo(settings: WorkerSettings, args: argparse.Namespace, rest: list[str]) -
     from worker.demo import run_demo
 
     _require_supported(settings)  # before a worker that would refuse it and leave us waiting
-    worker = spawn("worker", "--loglevel=WARNING", quiet=True)
+    # the demo's own worker: Celery's warning about running as root (as in many containers)
+    # would be the loudest line of a newcomer's first run
+    worker = spawn("worker", "--loglevel=WARNING", quiet=True, warnings=[ROOT_WARNING])
     try:
         return run_demo(settings)
     finally:
