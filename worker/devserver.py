@@ -138,7 +138,8 @@ def _not_found_message(too_old: list[str]) -> str:
     )
 
 
-def _free_port() -> int:
+def free_port() -> int:
+    """A TCP port on 127.0.0.1 that nothing listens on (at the time of asking)."""
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
         sock.bind(("127.0.0.1", 0))
         return int(sock.getsockname()[1])
@@ -182,7 +183,7 @@ class EmbeddedRedis:
         executable: str | None = None,
         extra_args: Sequence[str] = (),
     ) -> None:
-        self.port = port or _free_port()
+        self.port = port or free_port()
         self.host = host
         self.appendonly = appendonly
         self.requirepass = requirepass

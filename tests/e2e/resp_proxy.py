@@ -9,7 +9,7 @@ import socket
 import threading
 from types import TracebackType
 
-from worker.devserver import _free_port
+from worker.devserver import free_port
 
 CHUNK = 65536  #: bytes read from a socket at a time
 VERSION_LINE = re.compile(rb"redis_version:[^\r\n]*")
@@ -58,7 +58,7 @@ class VersionProxy:
     def __init__(self, upstream_port: int, version: str) -> None:
         self.upstream_port = upstream_port
         self.version = version.encode()
-        self.port = _free_port()
+        self.port = free_port()
         self._listener = socket.create_server(("127.0.0.1", self.port))
         self._open: list[socket.socket] = []
         self._threads: list[threading.Thread] = []

@@ -20,7 +20,7 @@ import pytest
 from tests.compose import environment, healthcheck_argv, interpolate, services
 from tests.conftest import make_settings
 from tests.e2e.workers import stop, wait_until, worker_env
-from worker.devserver import EmbeddedRedis
+from worker.devserver import EmbeddedRedis, free_port
 from worker.settings import WorkerSettings
 
 pytestmark = pytest.mark.e2e
@@ -34,12 +34,6 @@ STARTUP_S = 120.0
 def stack_settings(tmp_path: Path) -> Iterator[WorkerSettings]:
     with EmbeddedRedis(requirepass=PASSWORD) as server:
         yield make_settings(tmp_path, redis_url=server.url)
-
-
-def free_port() -> str:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return str(s.getsockname()[1])
 
 
 def on_port(argv: list[str], port: str) -> list[str]:
@@ -91,7 +85,7 @@ def test_every_healthcheck_passes_while_its_service_runs_and_fails_once_it_stopp
     stack_settings: WorkerSettings,
 ):
     assert PASSWORD in stack_settings.redis_url
-    stack = Stack(stack_settings, free_port())
+    stack = Stack(stack_settings, str(free_port()))
     names = ["worker", "searcher", "beat", "flower"]
     assert not any(stack.healthy(name) for name in names)
     procs = {name: stack.start(name) for name in names}

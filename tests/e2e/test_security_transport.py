@@ -17,7 +17,7 @@ from redis import Redis
 from producer import AccessDenied, MemoryClient
 from tests.conftest import make_settings
 from tests.e2e.workers import running, wait_until
-from worker.devserver import EmbeddedRedis, ServerNotFound, _free_port, find_redis_server
+from worker.devserver import EmbeddedRedis, ServerNotFound, find_redis_server, free_port
 
 pytestmark = pytest.mark.e2e
 
@@ -103,7 +103,7 @@ def test_rediss_with_a_ca_file_works_for_producer_and_worker(tmp_path: Path):
     cert_dir = tmp_path / "tls"
     cert_dir.mkdir()
     _self_signed(cert_dir)
-    tls_port = _free_port()
+    tls_port = free_port()
     with _tls_redis(cert_dir, tls_port):
         ca = cert_dir / "cert.pem"
         url = f"rediss://127.0.0.1:{tls_port}/0?ssl_cert_reqs=required&ssl_ca_certs={ca}"

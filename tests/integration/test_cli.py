@@ -7,7 +7,6 @@ from __future__ import annotations
 import json
 import os
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -19,6 +18,7 @@ import pytest
 from producer import MemoryClient
 from tests.conftest import drain_all
 from worker.context import WorkerContext
+from worker.devserver import free_port
 from worker.server import SearchServer
 from worker.settings import WorkerSettings
 
@@ -48,12 +48,6 @@ def assert_one_error_line(out: subprocess.CompletedProcess[str], code: int) -> s
     assert out.stderr.startswith("zettelq: error: ")
     assert "Traceback" not in out.stderr and out.stdout == ""
     return out.stderr.removeprefix("zettelq: error: ").strip()
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 def test_a_bad_namespace_is_one_line_and_exit_2(cli_env: WorkerSettings) -> None:

