@@ -25,6 +25,12 @@ WEIGHT_KEYS = frozenset(
     {"dense", "lexical", "graph", "feedback"}
 )  #: channels a search may reweight
 FILTER_KEYS = frozenset({"agent", "kind", "tags", "since", "until", "metadata"})  #: search filters
+JSON_LIKE = "metadata values must be JSON-like (str, finite number, bool, None, list, mapping)"
+MAX_METADATA_DEPTH = 16  #: deepest nesting of lists and mappings inside metadata
+#: earliest and latest time accepted (epoch seconds): 0001-01-02 and about year 5138, so that a
+#: time shifted by any UTC offset still renders as a date; larger numbers are milliseconds
+MIN_EPOCH_S = datetime(1, 1, 2, tzinfo=UTC).timestamp()
+MAX_EPOCH_S = 1e11
 
 
 def check_namespace(namespace: object) -> str:
@@ -71,25 +77,61 @@ def check_agent(agent: object) -> str | None:
 
 
 def check_metadata(metadata: object, max_bytes: int) -> dict[str, Any]:
+    """A mapping of JSON values: str keys at every level, str / finite number / bool / None /
+    list / mapping values, at most ``MAX_METADATA_DEPTH`` levels deep and ``max_bytes`` packed."""
     if metadata is None:
         return {}
     if not isinstance(metadata, Mapping) or not all(isinstance(k, str) for k in metadata):
         raise InvalidInput("metadata must be a mapping with str keys")
     if not metadata:
         return {}
+    _check_json(metadata, "metadata", 1)
     try:
         packed = msgpack.packb(dict(metadata), use_bin_type=True, strict_types=False)
         unpacked: dict[str, Any] = msgpack.unpackb(packed, raw=False)
     except (TypeError, ValueError, OverflowError) as exc:
-        raise InvalidInput(
-            f"metadata values must be JSON-like (str, number, list, dict): {exc}"
-        ) from exc
+        raise InvalidInput(f"{JSON_LIKE}: {exc}") from exc
     if len(packed) > max_bytes:
         raise InvalidInput(
             f"metadata is {len(packed)} packed bytes; the limit is {max_bytes} "
             "(ZQ_MAX_METADATA_BYTES)"
         )
     return unpacked
+
+
+def _check_json(value: object, where: str, depth: int) -> None:
+    """Raise InvalidInput unless ``value`` is a JSON value that every read path can render."""
+    if isinstance(value, str):
+        _check_unicode(value, where)
+    elif isinstance(value, float) and not math.isfinite(value):
+        raise InvalidInput(f"{JSON_LIKE}: {where} is {value}")
+    elif isinstance(value, Mapping | list | tuple):
+        if depth > MAX_METADATA_DEPTH:
+            raise InvalidInput(f"metadata is nested deeper than {MAX_METADATA_DEPTH} levels")
+        _check_children(value, where, depth)
+    elif value is not None and not isinstance(value, bool | int | float):
+        raise InvalidInput(f"{JSON_LIKE}: {where} is a {type(value).__name__}")
+
+
+def _check_children(
+    value: Mapping[object, object] | list[object] | tuple[object, ...], where: str, depth: int
+) -> None:
+    if not isinstance(value, Mapping):
+        for index, item in enumerate(value):
+            _check_json(item, f"{where}[{index}]", depth + 1)
+        return
+    for key, item in value.items():
+        if not isinstance(key, str):
+            raise InvalidInput(f"{where} has a {type(key).__name__} key; keys must be str")
+        _check_unicode(key, where)
+        _check_json(item, f"{where}[{key!r:.40}]", depth + 1)
+
+
+def _check_unicode(text: str, where: str) -> None:
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError as exc:
+        raise InvalidInput(f"{where} is not valid Unicode text (lone surrogate)") from exc
 
 
 def check_tags(tags: object, max_tags: int, max_chars: int) -> list[str]:
@@ -112,7 +154,8 @@ def check_tags(tags: object, max_tags: int, max_chars: int) -> list[str]:
 
 
 def check_time(value: object, name: str) -> float | None:
-    """Accept None, epoch seconds, a datetime (naive means UTC) or an ISO 8601 string."""
+    """Accept None, epoch seconds, a datetime (naive means UTC) or an ISO 8601 string, between
+    ``MIN_EPOCH_S`` and ``MAX_EPOCH_S``."""
     if value is None:
         return None
     if isinstance(value, str):
@@ -123,15 +166,22 @@ def check_time(value: object, name: str) -> float | None:
     if isinstance(value, datetime):
         if value.tzinfo is None:
             value = value.replace(tzinfo=UTC)
-        return value.timestamp()
+        try:
+            value = value.timestamp()
+        except (OverflowError, ValueError) as exc:
+            raise InvalidInput(f"{name} is out of range: {exc}") from exc
     finite = isinstance(value, int) or (isinstance(value, float) and math.isfinite(value))
-    if finite and not isinstance(value, bool):
-        assert isinstance(value, int | float)
-        if not -1e11 <= value <= 1e11:
-            got = str(value)[:24]
-            raise InvalidInput(f"{name} must be epoch seconds (got {got}, milliseconds?)")
-        return float(value)
-    raise InvalidInput(f"{name} must be a datetime, ISO 8601 str or epoch seconds")
+    if not finite or isinstance(value, bool):
+        raise InvalidInput(f"{name} must be a datetime, ISO 8601 str or epoch seconds")
+    assert isinstance(value, int | float)
+    if value > MAX_EPOCH_S:
+        raise InvalidInput(
+            f"{name} must be epoch seconds up to 1e11, about the year 5138 "
+            f"(got {str(value)[:24]}: milliseconds?)"
+        )
+    if value < MIN_EPOCH_S:
+        raise InvalidInput(f"{name} is before the year 1 (got {str(value)[:24]})")
+    return float(value)
 
 
 def check_unit_float(value: object, name: str) -> float | None:

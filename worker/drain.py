@@ -314,11 +314,15 @@ def decode_job(ctx: WorkerContext, fields: dict[bytes, bytes]) -> StoreJob | Del
         job = validate(DeleteJob, raw)
     validation.check_namespace(job.ns)
     validation.check_id(job.id)
+    validation.check_agent(job.agent)
+    validation.check_time(job.created_at, "created_at")
     if isinstance(job, StoreJob):
         s = ctx.settings
         validation.check_text(job.content, "content", s.max_content_bytes)
         validation.check_metadata(job.metadata, s.max_metadata_bytes)
         validation.check_tags(job.tags, s.max_tags, s.max_tag_chars)
+        validation.check_time(job.event_time, "event_time")
+        validation.check_unit_float(job.importance, "importance")
     return job
 
 

@@ -35,7 +35,7 @@ LISTPACK_VALUE = 256
 #: no AOF is right there, so advice() does not ask for it.
 THROWAWAY_DIR_PREFIX = "zq-throwaway-"
 #: The server settings advice() reads.
-ADVISED = ("appendonly", "dir", "maxmemory-policy", "hash-max-listpack-value")
+ADVISED = ("appendonly", "dir", "maxmemory", "maxmemory-policy", "hash-max-listpack-value")
 
 
 class UnsupportedRedis(ZettelqError):
@@ -95,7 +95,12 @@ def advice(r: Redis) -> list[str]:
             found.update(r.config_get(name))
     except RedisError:
         return []
-    lines = [_eviction_advice(found), _aof_advice(found), _listpack_advice(found)]
+    lines = [
+        _eviction_advice(found),
+        _memory_advice(found),
+        _aof_advice(found),
+        _listpack_advice(found),
+    ]
     return [line for line in lines if line]
 
 
@@ -110,9 +115,25 @@ def _eviction_advice(found: Mapping[str, str]) -> str:
     )
 
 
+def _memory_advice(found: Mapping[str, str]) -> str:
+    unbounded = found.get("maxmemory") == "0"
+    if not unbounded or found.get("maxmemory-policy", "noeviction") != "noeviction":
+        return ""
+    if _throwaway(found):
+        return ""
+    return (
+        "Redis has noeviction but no maxmemory: it grows until the host runs out of memory and "
+        "the kernel kills it, losing what AOF had not yet written; set maxmemory so that a full "
+        "Redis refuses writes instead (producer.OutOfMemory; deploy/redis.conf)"
+    )
+
+
+def _throwaway(found: Mapping[str, str]) -> bool:
+    return PurePath(found.get("dir", "")).name.startswith(THROWAWAY_DIR_PREFIX)
+
+
 def _aof_advice(found: Mapping[str, str]) -> str:
-    throwaway = PurePath(found.get("dir", "")).name.startswith(THROWAWAY_DIR_PREFIX)
-    if found.get("appendonly") != "no" or throwaway:
+    if found.get("appendonly") != "no" or _throwaway(found):
         return ""
     return (
         "Redis has appendonly no: it holds the only copy of the notes, and a crash or "

@@ -25,7 +25,10 @@ def test_a_redis_configured_as_deploy_gets_no_advice_and_each_gap_gets_its_line(
         EmbeddedRedis(appendonly=True, data_dir=tempfile.mkdtemp()) as server,
         Redis.from_url(server.url) as r,
     ):
-        assert advice(r) == []  # the embedded Redis with AOF is configured as deploy/redis.conf
+        (memory,) = advice(r)
+        assert "noeviction but no maxmemory" in memory and "OutOfMemory" in memory
+        r.config_set("maxmemory", "2gb")
+        assert advice(r) == []  # with AOF and maxmemory it is configured as deploy/redis.conf
         r.config_set("hash-max-listpack-value", 64)  # Redis's default
         (line,) = advice(r)
         assert "64" in line and str(LISTPACK_VALUE) in line and "deploy/redis.conf" in line

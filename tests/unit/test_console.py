@@ -42,3 +42,44 @@ def test_rows_print_a_table_json_lines_or_words_for_none(
     assert capsys.readouterr().out == "no matches\n"
     Printer(as_json=True).rows([], ("id",), "no matches")
     assert capsys.readouterr().out == ""
+
+
+def _deep(depth: int) -> object:
+    value: object = "leaf"
+    for _ in range(depth):
+        value = {"k": [value]}
+    return value
+
+
+@pytest.mark.parametrize("as_json", [True, False])
+def test_whatever_redis_holds_prints_without_an_error(
+    as_json: bool, capsys: pytest.CaptureFixture[str]
+) -> None:
+    note = {
+        "id": "a",
+        "metadata": {"raw": b"\x00\xff", b"bytes key": 1, 7: "int key", "deep": _deep(3_000)},
+        "importance": float("nan"),
+        "created_at": 1e300,
+        "event_time": float("inf"),
+    }
+
+    Printer(as_json=as_json).record(note)
+    Printer(as_json=as_json).rows([note], ["id", "metadata"], "none")
+
+    out = capsys.readouterr().out
+    assert "base64:AP8=" in out
+    if as_json:
+        shown = json.loads(out.splitlines()[0])
+        assert shown["metadata"]["bytes key"] == 1 and shown["metadata"]["7"] == "int key"
+        assert shown["importance"] == "nan" and shown["created_at"] == 1e300
+        assert "..." in out
+
+
+def test_nesting_deeper_than_shown_prints_as_an_ellipsis() -> None:
+    shown = readable({"m": _deep(100)})
+    depth = 0
+    value: object = shown["m"]
+    while isinstance(value, dict):
+        value = value["k"][0]
+        depth += 1
+    assert value == "..." and depth < 100

@@ -14,6 +14,7 @@ from producer.core import ClientCore
 from producer.errors import InvalidInput
 from producer.protocol import SearchJob, StoreJob, new_id, unpack
 from producer.settings import ProducerSettings
+from tests.strategies import anything, metadatas, names, store_fields, tag_lists, texts, times
 from worker.drain import decode_job
 from worker.settings import WorkerSettings
 
@@ -364,67 +365,6 @@ LIMITS: dict[str, Any] = {
 PRODUCER = ClientCore(ProducerSettings(**LIMITS))
 WORKER_CTX = SimpleNamespace(settings=WorkerSettings(**LIMITS))
 
-texts = st.text(max_size=80) | st.text(st.characters(categories=["Cs"]), min_size=1, max_size=3)
-good_names = st.from_regex(r"[A-Za-z0-9_.:@/-]{1,16}", fullmatch=True)
-names = good_names | st.text(st.sampled_from("abAZ09_.:@/-{} \n\x00\u00e9"), max_size=12)
-json_leaves = (
-    st.none()
-    | st.booleans()
-    | st.integers()
-    | st.floats()
-    | st.text(max_size=20)
-    | st.binary(max_size=20)
-)
-json_values = st.recursive(
-    json_leaves,
-    lambda kids: (
-        st.lists(kids, max_size=4) | st.dictionaries(st.text(max_size=6), kids, max_size=4)
-    ),
-    max_leaves=12,
-)
-metadatas = (
-    st.none()
-    | st.dictionaries(st.text(max_size=8), json_values, max_size=5)
-    | st.dictionaries(st.integers(), st.integers(), min_size=1, max_size=2)
-    | st.lists(st.integers(), max_size=2)
-    | st.text(max_size=4)
-)
-offsets = st.timedeltas(min_value=timedelta(hours=-23), max_value=timedelta(hours=23)).map(timezone)
-datetimes = st.datetimes(timezones=st.none() | offsets)
-times = (
-    st.none()
-    | st.integers(-(10**11), 10**11)
-    | st.integers()
-    | st.floats()
-    | st.booleans()
-    | datetimes
-    | datetimes.map(datetime.isoformat)
-    | st.text(max_size=12)
-)
-anything = st.none() | st.booleans() | st.integers() | st.floats() | st.text(max_size=10)
-tag_lists = (
-    st.none()
-    | st.lists(st.text(max_size=10) | st.integers() | st.none(), max_size=5)
-    | st.text(max_size=5)
-    | st.binary(max_size=3)
-    | st.integers()
-)
-store_fields = st.fixed_dictionaries(
-    {},
-    optional={
-        "id": st.none() | names | st.integers(),
-        "agent": st.none() | texts | st.integers(),
-        "metadata": metadatas,
-        "tags": tag_lists,
-        "event_time": times,
-        "importance": st.floats(0, 1)
-        | st.floats()
-        | st.integers()
-        | st.booleans()
-        | st.text(max_size=3),
-    },
-)
-
 
 def test_a_store_without_metadata_passes_the_worker_when_metadata_is_disabled() -> None:
     limits = {**LIMITS, "max_metadata_bytes": 0}
@@ -497,3 +437,63 @@ def test_search_job_returns_a_valid_job_or_raises_invalid_input(
     assert 1 <= len(job.namespaces) <= 16
     assert len(set(job.namespaces)) == len(job.namespaces)
     assert 1 <= job.k <= LIMITS["max_k"]
+
+
+# what the producer accepts, every read path can render
+
+
+@pytest.mark.parametrize(
+    "value",
+    [
+        datetime(9999, 12, 31, tzinfo=UTC),
+        datetime(1, 1, 1, 12, tzinfo=timezone(timedelta(hours=14))),
+        "9999-12-31T23:59:59-12:00",
+        -1e11,
+    ],
+)
+def test_check_time_rejects_times_that_cannot_render_as_dates(value: object) -> None:
+    with pytest.raises(InvalidInput, match="event_time"):
+        v.check_time(value, "event_time")
+
+
+def test_check_time_accepts_the_ends_of_its_range() -> None:
+    assert v.check_time(v.MIN_EPOCH_S, "t") == v.MIN_EPOCH_S
+    assert v.check_time(v.MAX_EPOCH_S, "t") == v.MAX_EPOCH_S
+    for edge in (v.MIN_EPOCH_S, v.MAX_EPOCH_S):
+        for hours in (-14, 14):
+            datetime.fromtimestamp(edge + hours * 3600, UTC).strftime("%Y-%m-%d %H:%M")
+
+
+def _nested(depth: int) -> dict[str, Any]:
+    value: Any = "leaf"
+    for _ in range(depth - 1):
+        value = [value]
+    return {"k": value}
+
+
+def test_check_metadata_bounds_nesting_depth() -> None:
+    assert v.check_metadata(_nested(v.MAX_METADATA_DEPTH), 1_000)
+    with raises_invalid(f"nested deeper than {v.MAX_METADATA_DEPTH} levels"):
+        v.check_metadata(_nested(v.MAX_METADATA_DEPTH + 1), 1_000)
+
+
+def test_check_metadata_refuses_deep_nesting_without_recursing_into_it() -> None:
+    with raises_invalid("nested deeper"):
+        v.check_metadata(_nested(5_000), 10**9)
+
+
+@pytest.mark.parametrize(
+    ("metadata", "where"),
+    [
+        ({"b": b"\x00\x01"}, r"metadata\['b'\] is a bytes"),
+        ({"f": math.nan}, r"metadata\['f'\] is nan"),
+        ({"l": [1, math.inf]}, r"metadata\['l'\]\[1\] is inf"),
+        ({"d": {"s": "\ud800"}}, "lone surrogate"),
+        ({"d": {b"k": 1}}, "has a bytes key"),
+    ],
+)
+def test_check_metadata_rejects_what_json_cannot_carry(
+    metadata: dict[str, Any], where: str
+) -> None:
+    with raises_invalid(where):
+        v.check_metadata(metadata, 1_000)

@@ -1,0 +1,127 @@
+"""What reaches a worker from Redis is untrusted: a job the producer would refuse is dead-lettered
+with its reason and harms nothing, and whatever the producer accepts is organised and renders
+on every read path (search reply, context, get, the CLI's JSON)."""
+
+from __future__ import annotations
+
+import io
+import json
+import math
+import time
+import uuid
+from contextlib import redirect_stdout
+from typing import Any
+
+import msgpack
+import pytest
+from hypothesis import HealthCheck, given, settings
+
+from producer.errors import InvalidInput
+from producer.protocol import PROTOCOL_VERSION
+from tests.conftest import drain_all
+from tests.strategies import accepted_store_fields, accepted_texts
+from worker.console import Printer
+
+
+def _raw_store(ns: str, **fields: Any) -> dict[bytes, bytes]:
+    job = {
+        "v": PROTOCOL_VERSION,
+        "op": "store",
+        "id": uuid.uuid4().hex,
+        "ns": ns,
+        "content": "an ordinary note",
+        "created_at": time.time(),
+        **fields,
+    }
+    return {b"j": msgpack.packb(job, use_bin_type=True)}
+
+
+def _nested(depth: int) -> object:
+    value: object = "leaf"
+    for _ in range(depth):
+        value = [value]
+    return value
+
+
+BAD_FIELDS = [
+    ("importance", math.nan),
+    ("importance", 7.0),
+    ("importance", -3.0),
+    ("event_time", math.inf),
+    ("event_time", math.nan),
+    ("event_time", 253_402_300_799.0),  # 9999-12-31
+    ("agent", "a" * 200_000),
+    ("created_at", math.nan),
+    ("metadata", {"deep": _nested(900)}),
+]
+
+
+def test_jobs_the_producer_would_refuse_are_dead_lettered_and_nothing_else_is_harmed(
+    ctx, client
+) -> None:
+    ns = "untrusted"
+    inbox = ctx.keys.inbox(ctx.keys.shard_of(ns))
+    for name, value in BAD_FIELDS:
+        ctx.redis.xadd(inbox, _raw_store(ns, **{name: value}))
+    good = client.store("the one good note", namespace=ns)
+
+    drain_all(ctx)
+
+    dead = ctx.redis.xrange(ctx.keys.dead())
+    assert len(dead) == len(BAD_FIELDS)
+    reasons = [fields[b"reason"].decode() for _, fields in dead]
+    for (name, _), reason in zip(BAD_FIELDS, reasons, strict=True):
+        assert name in reason or "metadata" in reason, reason
+    assert [n.decode() for n in ctx.redis.zrange(ctx.keys.active(ns), 0, -1)] == [good]
+    assert client.get(good, namespace=ns).content == "the one good note"
+
+
+@settings(
+    max_examples=40,
+    deadline=None,
+    suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],
+)
+@given(
+    content=accepted_texts.filter(str.strip).map(lambda t: t[:2000]), fields=accepted_store_fields
+)
+def test_whatever_the_producer_accepts_is_organised_and_renders_on_every_read_path(
+    ctx, client, server, content: str, fields: dict[str, Any]
+) -> None:
+    ns = f"accepted-{uuid.uuid4().hex[:8]}"
+    try:
+        note_id = client.store(f"probe {content}", namespace=ns, **fields)
+    except InvalidInput as exc:  # rare: a packed size or tag count over its limit
+        assert "limit" in str(exc)
+        return
+    drain_all(ctx)
+
+    note = client.get(note_id, namespace=ns)
+    hits = client.search("probe", namespace=ns, k=3)
+    text = client.context("probe", namespace=ns, max_tokens=500)
+
+    assert note_id in {h.id for h in hits} and text.strip()
+    out = io.StringIO()
+    with redirect_stdout(out):
+        Printer(as_json=True).record(note.model_dump())
+        Printer(as_json=True).rows([h.model_dump() for h in hits], ["id"], "none")
+    assert all(json.loads(line) for line in out.getvalue().splitlines())
+
+
+@pytest.mark.parametrize("as_json", [True, False])
+def test_the_cli_prints_every_accepted_note(ctx, client, as_json: bool) -> None:
+    ns = "printable"
+    deepest: object = "leaf"
+    for _ in range(15):
+        deepest = [deepest]
+    note_id = client.store(
+        "a note with every kind of metadata",
+        namespace=ns,
+        metadata={"deep": deepest, "n": 2**63 - 1, "f": -0.0, "s": "\u2028<b>"},
+        event_time="0001-01-02T00:00:00+00:00",
+        agent="agent-\u00e9",
+    )
+    drain_all(ctx)
+    out = io.StringIO()
+    with redirect_stdout(out):
+        Printer(as_json=as_json).record(client.get(note_id, namespace=ns).model_dump())
+    assert note_id in out.getvalue()
