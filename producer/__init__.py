@@ -18,6 +18,7 @@ from producer.errors import (
     OutOfMemory,
     ProtocolError,
     ReplyTimeout,
+    ServerError,
     Unavailable,
     ZettelqError,
 )
@@ -54,6 +55,7 @@ __all__ = [
     "Proposal",
     "ProtocolError",
     "ReplyTimeout",
+    "ServerError",
     "Stats",
     "Unavailable",
     "ZettelqError",

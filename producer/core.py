@@ -32,7 +32,9 @@ from producer.errors import (
     NotFound,
     OutOfMemory,
     ReplyTimeout,
+    ServerError,
     Unavailable,
+    ZettelqError,
 )
 from producer.keys import Keys
 from producer.protocol import (
@@ -92,7 +94,29 @@ def redis_errors() -> Iterator[None]:
             ) from exc
         if str(exc).startswith("BACKPRESSURE"):
             raise Backpressure(str(exc)) from exc
-        raise
+        raise _response_error(exc) from exc
+
+
+#: the code of an error reply that says Redis cannot serve now -> what it means
+NOT_NOW = {
+    "BUSY": "Redis is busy running a script or function",
+    "READONLY": "Redis is a read-only replica (a failover in progress, or ZQ_REDIS_URL names a"
+    " replica)",
+    "MISCONF": "Redis refuses writes because it cannot persist (check its disk and logs)",
+    "MASTERDOWN": "the replica lost its primary",
+    "TRYAGAIN": "Redis asks to retry",
+}
+
+
+def _response_error(exc: ResponseError) -> ZettelqError:
+    """The typed error of an error reply that is not about access or backpressure. redis-py
+    strips the code of the replies it has a class for (READONLY) and keeps it in the text of
+    the others (BUSY, MISCONF, WRONGTYPE)."""
+    text = str(exc)
+    code = getattr(exc, "status_code", None) or text.split(" ", 1)[0]
+    if code in NOT_NOW:
+        return Unavailable(f"{NOT_NOW[code]}; retry later ({text})")
+    return ServerError(f"Redis replied with an error: {text}")
 
 
 class ClientCore:
@@ -161,8 +185,8 @@ class ClientCore:
         if unknown:
             raise InvalidInput(f"unknown search options {sorted(unknown)}")
         names = [namespace] if namespace is None or isinstance(namespace, str) else namespace
-        if not isinstance(names, list | tuple) or not 0 < len(names) <= 16:
-            raise InvalidInput("namespace must be a str or a list of 1 to 16 str")
+        if not isinstance(names, list | tuple) or not 0 < len(names) <= v.MAX_NAMESPACES:
+            raise InvalidInput(f"namespace must be a str or a list of 1 to {v.MAX_NAMESPACES} str")
         timeout = fields.pop("timeout_s", None)
         timeout_s = v.check_timeout(s.reply_timeout_s if timeout is None else timeout)
         query = fields.pop("query", "")
@@ -181,7 +205,12 @@ class ClientCore:
             as_of=v.check_time(fields.get("as_of"), "as_of"),
             diversity=v.check_unit_float(fields.get("diversity"), "diversity") or 0.0,
             min_relevance=v.check_unit_float(fields.get("min_relevance"), "min_relevance") or 0.0,
-            max_tokens=v.check_int(fields.get("max_tokens", 2000), "max_tokens", 16, 1_000_000),
+            max_tokens=v.check_int(
+                fields.get("max_tokens", 2000),
+                "max_tokens",
+                v.MIN_CONTEXT_TOKENS,
+                v.MAX_CONTEXT_TOKENS,
+            ),
             deadline=time.time() + timeout_s,
         )
         if not self.signing_keys:

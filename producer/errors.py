@@ -3,7 +3,8 @@
 ZettelqError
 ├── InvalidInput        the call's arguments break a documented limit (also a ValueError)
 │   └── InvalidSetting  a ZQ_ environment variable (or settings argument) has a bad value
-├── Unavailable         Redis could not be reached (connection refused, reset or timed out)
+├── Unavailable         Redis could not be reached (connection refused, reset or timed out),
+│                       or cannot serve now (BUSY with a script, READONLY replica, MISCONF)
 ├── AccessDenied        Redis refused the credentials or an ACL denied the command
 ├── Backpressure        the pending backlog passed its configured bound; nothing was written
 ├── OutOfMemory         Redis is at its maxmemory and refused the write (noeviction); nothing
@@ -12,7 +13,8 @@ ZettelqError
 ├── ReplyTimeout        no reply arrived before the deadline (also a TimeoutError)
 ├── JobFailed           the worker reported a failure (see ``.reason``)
 ├── NotFound            no active note has that id in that namespace (also a KeyError)
-└── Conflict            a proposal's note changed since, or the proposal is in another state
+├── Conflict            a proposal's note changed since, or the proposal is in another state
+└── ServerError         Redis answered with another error reply (e.g. WRONGTYPE at a key)
 """
 
 from __future__ import annotations
@@ -34,7 +36,8 @@ class InvalidSetting(InvalidInput):
 
 
 class Unavailable(ZettelqError):
-    """Redis could not be reached."""
+    """Redis could not be reached, or cannot serve now (busy, read-only, cannot persist); retry
+    later."""
 
 
 class AccessDenied(ZettelqError, PermissionError):
@@ -76,3 +79,8 @@ class NotFound(ZettelqError, KeyError):
 class Conflict(ZettelqError):
     """The proposal cannot take this step: its note changed since (a later write would be
     clobbered) or the proposal is not in the state the step needs; nothing was written."""
+
+
+class ServerError(ZettelqError):
+    """Redis answered with an error reply that none of the other errors names (the message
+    quotes it), e.g. WRONGTYPE when a key zettelq uses holds a value of another type."""

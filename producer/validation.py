@@ -21,6 +21,8 @@ ID_RE = re.compile(r"[A-Za-z0-9_.:-]{1,128}")  #: note ids
 MAX_AGENT_CHARS = 128  #: longest agent name
 MAX_HOPS = 3  #: deepest graph expansion a search may ask for
 MAX_TIMEOUT_S = 300.0  #: longest wait for a reply
+MAX_NAMESPACES = 16  #: most namespaces one search may cover
+MIN_CONTEXT_TOKENS, MAX_CONTEXT_TOKENS = 16, 1_000_000  #: bounds of context()'s max_tokens
 WEIGHT_KEYS = frozenset(
     {"dense", "lexical", "graph", "feedback"}
 )  #: channels a search may reweight

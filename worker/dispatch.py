@@ -12,21 +12,16 @@ that worker's current projection) for as long as the shards outnumber the worker
 
 from __future__ import annotations
 
-import logging
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 
 from redis import Redis
-from redis.exceptions import ConnectionError as RedisConnectionError
-from redis.exceptions import TimeoutError as RedisTimeoutError
 
 from producer.core import redis_kwargs
 from producer.keys import Keys
-from worker.daemon import Daemon
+from worker.daemon import Daemon, Step
 from worker.settings import WorkerSettings
-
-log = logging.getLogger(__name__)
-
 
 #: KEYS: the shard's kick flag, its lease; ARGV: the flag's TTL in ms. Sets the flag (NX)
 #: unless a drain holds the shard; 1 when it was set.
@@ -72,35 +67,36 @@ class Dispatcher(Daemon):
         self.settings = settings
         self.keys = Keys(settings.key_prefix, settings.shard_count)
         self.send = send
+        self._streams = {self.keys.inbox(i): "$" for i in range(self.keys.shard_count)}
+        self._shard_of = {self.keys.inbox(i): i for i in range(self.keys.shard_count)}
+        self._next_sweep = 0.0
 
-    def _run(self) -> None:
+    @contextmanager
+    def session(self) -> Iterator[Step]:
         s = self.settings
-        block_ms = int(s.sweep_interval_s * 1000)
         r = Redis.from_url(
             s.redis_url,
             socket_timeout=s.sweep_interval_s + s.socket_timeout_s,
             **redis_kwargs(s),
         )
-        backoff = 0.1
-        while not self._stop.is_set():
-            try:
-                self._watch(r, block_ms)
-                backoff = 0.1
-            except (RedisConnectionError, RedisTimeoutError) as exc:
-                log.warning("dispatcher lost Redis (%s); retrying in %.1fs", exc, backoff)
-                time.sleep(backoff)
-                backoff = min(backoff * 2, 5.0)
-        r.close()
+        try:
+            yield lambda: self._watch(r)
+        finally:
+            r.close()
 
-    def _watch(self, r: Redis, block_ms: int) -> None:
-        streams = {self.keys.inbox(i): "$" for i in range(self.keys.shard_count)}
-        shard_of = {self.keys.inbox(i): i for i in range(self.keys.shard_count)}
-        next_sweep = 0.0
-        while not self._stop.is_set():
-            if time.monotonic() >= next_sweep:
+    def _watch(self, r: Redis) -> None:
+        """Sweep when due, then wait for new entries (at most one sweep interval) and kick
+        their shards. After a failure the next call sweeps first: entries that came in while
+        Redis refused are not missed."""
+        try:
+            if time.monotonic() >= self._next_sweep:
                 sweep(r, self.keys, self.settings.lease_s, self.send)
-                next_sweep = time.monotonic() + self.settings.sweep_interval_s
-            for stream, entries in r.xread(streams, block=block_ms) or []:
+                self._next_sweep = time.monotonic() + self.settings.sweep_interval_s
+            block_ms = int(self.settings.sweep_interval_s * 1000)
+            for stream, entries in r.xread(self._streams, block=block_ms) or []:
                 name = stream.decode()
-                streams[name] = entries[-1][0].decode()
-                kick(r, self.keys, shard_of[name], self.settings.lease_s, self.send)
+                self._streams[name] = entries[-1][0].decode()
+                kick(r, self.keys, self._shard_of[name], self.settings.lease_s, self.send)
+        except Exception:
+            self._next_sweep = 0.0
+            raise

@@ -12,9 +12,13 @@ from __future__ import annotations
 from dataclasses import dataclass
 from urllib.parse import urlsplit, urlunsplit
 
-from redis.exceptions import RedisError
+from redis.exceptions import ConnectionError as RedisConnectionError
+from redis.exceptions import TimeoutError as RedisTimeoutError
 
 from producer import InvalidInput, Unavailable, ZettelqError
+
+#: the causes of an Unavailable that mean Redis could not be reached at all
+UNREACHABLE = (RedisConnectionError, RedisTimeoutError)
 
 EXIT_FAILED = 1  #: the command could not do its work
 EXIT_USAGE = 2  #: bad arguments, input or settings (argparse's code)
@@ -52,7 +56,7 @@ def describe(exc: Exception, command: str, redis_url: str | None) -> Failure:
             return Failure(f"{needs}: pip install 'zettelq[{extra}]'", EXIT_FAILED)
     if isinstance(exc, InvalidInput):
         return Failure(one_line(str(exc)), EXIT_USAGE)
-    if isinstance(exc, Unavailable) and isinstance(exc.__cause__, RedisError):
+    if isinstance(exc, Unavailable) and isinstance(exc.__cause__, UNREACHABLE):
         return Failure(unreachable(exc, redis_url), EXIT_FAILED)
     if isinstance(exc, ZettelqError):
         return Failure(one_line(str(exc)), EXIT_FAILED)

@@ -104,12 +104,13 @@ def _row(p: Process) -> dict[str, object]:
         "last_beat": iso_time(p.beat),
         "version": p.version,
         "consumer": p.consumer,
+        "errors": p.errors,
     }
 
 
 def _table(processes: Sequence[Process]) -> str:
     now = time.time()
-    rows = [("ROLE", "HOST", "PID", "STATE", "STARTED", "LAST BEAT", "VERSION")]
+    rows = [("ROLE", "HOST", "PID", "STATE", "STARTED", "LAST BEAT", "VERSION", "ERRORS")]
     rows += [
         (
             p.role,
@@ -119,6 +120,7 @@ def _table(processes: Sequence[Process]) -> str:
             iso_time(p.started),
             f"{now - p.beat:.1f}s ago",
             p.version,
+            p.errors or "-",
         )
         for p in processes
     ]

@@ -16,18 +16,19 @@ import logging
 import os
 import socket
 import time
+from collections import Counter
 from collections.abc import Callable
 from contextlib import suppress
 from dataclasses import asdict, dataclass
 from importlib.metadata import PackageNotFoundError, version
 
 from redis import Redis
-from redis.exceptions import ConnectionError as RedisConnectionError
-from redis.exceptions import TimeoutError as RedisTimeoutError
+from redis.exceptions import RedisError
 
 from producer.core import redis_kwargs
 from producer.keys import Keys
 from producer.settings import ProducerSettings
+from worker import daemon
 from worker.daemon import Daemon
 
 log = logging.getLogger(__name__)
@@ -63,6 +64,7 @@ class Process:
     beat: float
     state: str
     version: str
+    errors: str = ""  #: errors its threads survived, ``Kind=count,...`` (worker.daemon)
 
     def fields(self) -> dict[str, str]:
         """The hash fields (every value a string; the consumer is in the key)."""
@@ -80,7 +82,12 @@ class Process:
             beat=float(f.get("beat", "0")),
             state=f.get("state", "?"),
             version=f.get("version", "?"),
+            errors=f.get("errors", ""),
         )
+
+
+def _counts(counts: Counter[str]) -> str:
+    return ",".join(f"{kind}={n}" for kind, n in sorted(counts.items()))
 
 
 def beat_once(r: Redis, keys: Keys, proc: Process) -> None:
@@ -124,6 +131,7 @@ class ProcessHeartbeat(Daemon):
     which deletes it. ``state`` is asked on every beat (a beat: leader or standby)."""
 
     thread_name = "zq-heartbeat"
+    interval_s = HEARTBEAT_S
 
     def __init__(
         self,
@@ -141,10 +149,12 @@ class ProcessHeartbeat(Daemon):
         self.consumer = consumer or new_consumer()
         self.role, self.state = role, state
         self.started, self.version = time.time(), zettelq_version()
-        self._lost = False
 
     def process(self) -> Process:
-        """This process's heartbeat as of now."""
+        """This process's heartbeat as of now: state ``failing: <what>`` while a thread of the
+        process died or fails for long (worker.daemon.problems), which `zettelq health` counts
+        as unhealthy, so a healthcheck restarts a process that does not heal by itself."""
+        problems = daemon.problems()
         return Process(
             consumer=self.consumer,
             role=self.role,
@@ -152,25 +162,16 @@ class ProcessHeartbeat(Daemon):
             pid=os.getpid(),
             started=self.started,
             beat=time.time(),
-            state=self.state(),
+            state="failing: " + "; ".join(problems) if problems else self.state(),
             version=self.version,
+            errors=_counts(daemon.error_counts()),
         )
 
     def stop(self, timeout_s: float = 5.0) -> None:
         super().stop(timeout_s)
-        with suppress(RedisConnectionError, RedisTimeoutError):
+        with suppress(RedisError):
             forget(self.redis, self.keys, self.consumer)
         self.redis.close()
 
-    def _run(self) -> None:
-        while True:
-            try:
-                beat_once(self.redis, self.keys, self.process())
-            except (RedisConnectionError, RedisTimeoutError) as exc:  # the key lapses meanwhile
-                if not self._lost:
-                    log.warning("heartbeat role=%s lost Redis: %s", self.role, exc)
-                self._lost = True
-            else:
-                self._lost = False
-            if self._stop.wait(HEARTBEAT_S):
-                return
+    def step(self) -> None:
+        beat_once(self.redis, self.keys, self.process())

@@ -11,16 +11,16 @@ import time
 from collections.abc import Callable
 
 from redis import Redis
-from redis.exceptions import ConnectionError as RedisConnectionError
-from redis.exceptions import TimeoutError as RedisTimeoutError
+from redis.exceptions import RedisError
 
 from producer import validation
 from producer.errors import InvalidInput, ProtocolError
-from producer.protocol import OrganiseJob, Reply, pack, unpack
+from producer.protocol import OrganiseJob, Reply, unpack
 from worker import periodic
 from worker.context import WorkerContext
 from worker.freshness import NotFresh
-from worker.server import POLL_S, JobServer
+from worker.search import check_deadline
+from worker.server import POLL_S, JobServer, execute_reply, is_key_error, send_reply
 from worker.signing import SignatureRejected, check_signature
 
 log = logging.getLogger(__name__)
@@ -40,9 +40,8 @@ def serve_once(ctx: WorkerContext, conn: Redis, timeout_s: float = POLL_S) -> bo
     reply = handle(ctx, job, got[1])
     if reply is not None and job.wait:
         pipe = ctx.redis.pipeline(transaction=False)
-        pipe.lpush(ctx.keys.reply(job.job_id), pack(reply))
-        pipe.expire(ctx.keys.reply(job.job_id), ctx.settings.result_ttl_s)
-        pipe.execute()
+        send_reply(ctx, pipe, reply)
+        execute_reply(pipe, reply.job_id)
     return True
 
 
@@ -54,13 +53,18 @@ def handle(ctx: WorkerContext, job: OrganiseJob, payload: bytes) -> Reply | None
     deadline = job.deadline if job.wait else time.time() + ctx.settings.organise_timeout_s
     try:
         validation.check_namespace(job.namespace)
+        validation.check_job_names(job.jobs)
+        check_deadline(job.deadline, time.time())
         check_signature(ctx.settings, payload, [job.namespace])
         runs = periodic.organise(ctx, job.namespace, job.jobs, deadline)
     except SignatureRejected as exc:
         log.warning("refused organise job_id=%s: %s", job.job_id, exc)
         return Reply(job_id=job.job_id, ok=False, error=f"refused: {exc}")
-    except (RedisConnectionError, RedisTimeoutError):
-        raise
+    except RedisError as exc:
+        if not is_key_error(exc):
+            raise  # Redis is away, busy or refusing writes: the thread backs off (worker.daemon)
+        log.warning("organise job_id=%s failed on a key: %s", job.job_id, exc)
+        return Reply(job_id=job.job_id, ok=False, error=f"worker error: {exc}")
     except (InvalidInput, periodic.UnknownJob, periodic.JobError, NotFresh) as exc:
         return Reply(job_id=job.job_id, ok=False, error=str(exc))
     except Exception as exc:
@@ -72,7 +76,7 @@ def handle(ctx: WorkerContext, job: OrganiseJob, payload: bytes) -> Reply | None
 class OrganiseServer(JobServer):
     """A daemon thread serving organise jobs until ``stop()``."""
 
-    name = "organise"
+    thread_name = "zq-organise"
 
     def server(self, conn: Redis) -> Callable[[], bool]:
         return lambda: serve_once(self.ctx, conn)

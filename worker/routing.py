@@ -21,11 +21,11 @@ LIVE_S + REFRESH_S before other processes take them.
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 from contextlib import suppress
 
 from redis import Redis
-from redis.exceptions import ConnectionError as RedisConnectionError
-from redis.exceptions import TimeoutError as RedisTimeoutError
+from redis.exceptions import RedisError
 
 from worker.context import WorkerContext
 from worker.daemon import Daemon
@@ -82,24 +82,25 @@ def served(ctx: WorkerContext, conn: Redis) -> list[str]:
 
 
 class Heartbeat(Daemon):
-    """A daemon thread that keeps this process's searcher key alive until ``stop()``, which
-    deletes it so that other processes serve its shards from their next refresh on."""
+    """A daemon thread that keeps this process's searcher key alive while ``healthy()`` says
+    its search threads are, until ``stop()``, which deletes it: either way other processes
+    serve its shards from their next refresh on. While Redis is away the key lapses."""
 
     thread_name = "zq-search-beat"
+    interval_s = HEARTBEAT_S
 
-    def __init__(self, ctx: WorkerContext) -> None:
+    def __init__(self, ctx: WorkerContext, healthy: Callable[[], bool]) -> None:
         super().__init__()
-        self.ctx = ctx
+        self.ctx, self.healthy = ctx, healthy
 
     def stop(self, timeout_s: float = 5.0) -> None:
         super().stop(timeout_s)
-        with suppress(RedisConnectionError, RedisTimeoutError):
+        with suppress(RedisError):
             self.ctx.redis.delete(self.ctx.keys.searcher(self.ctx.consumer))
 
-    def _run(self) -> None:
-        key, ttl_ms = self.ctx.keys.searcher(self.ctx.consumer), int(LIVE_S * 1000)
-        while True:
-            with suppress(RedisConnectionError, RedisTimeoutError):  # the key lapses meanwhile
-                self.ctx.redis.set(key, 1, px=ttl_ms)
-            if self._stop.wait(HEARTBEAT_S):
-                return
+    def step(self) -> None:
+        key = self.ctx.keys.searcher(self.ctx.consumer)
+        if self.healthy():
+            self.ctx.redis.set(key, 1, px=int(LIVE_S * 1000))
+        else:
+            self.ctx.redis.delete(key)

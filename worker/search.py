@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import bisect
 import logging
+import math
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -14,6 +15,8 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
+from producer import validation as v
+from producer.errors import InvalidInput
 from producer.keys import Keys
 from producer.protocol import Hit, Reply, SearchJob
 from worker import candidates as cands_
@@ -25,6 +28,7 @@ from worker.freshness import NotFresh, queue_inbox_reads, wait_fresh
 from worker.lexical import analyze
 from worker.projection import CATCH_UP_CHUNK, Projection, catch_up
 from worker.rendering import render_context
+from worker.settings import WorkerSettings
 
 log = logging.getLogger(__name__)
 
@@ -33,11 +37,18 @@ MMR_POOL = 3  #: diversity re-ranks the best k x this many candidates
 #: A neighbour reached over a link is fetched only when its flow is at least this share of the
 #: k-th best relevance so far (the composite factors cannot lift it further than that).
 PRUNE_SHARE = 0.5
+DEADLINE_SLACK_S = 60.0  #: how far a producer's clock may run ahead of the worker's
 
 
 def handle(ctx: WorkerContext, job: SearchJob) -> Reply | None:
     """The reply to ``job``, or None when the caller has already given up on it."""
-    if time.time() > job.deadline:
+    now = time.time()
+    try:
+        job = checked(ctx.settings, job, now)
+    except InvalidInput as exc:
+        log.warning("refused %s job_id=%s: %s", job.kind, job.job_id, exc)
+        return Reply(job_id=job.job_id, ok=False, error=f"refused: {exc}")
+    if now > job.deadline:
         log.warning("dropped expired %s job_id=%s", job.kind, job.job_id)
         return None
     try:
@@ -49,6 +60,35 @@ def handle(ctx: WorkerContext, job: SearchJob) -> Reply | None:
         return Reply(job_id=job.job_id, ok=False, error=str(exc))
     text = render_context(hits, job.max_tokens) if job.kind == "context" else ""
     return Reply(job_id=job.job_id, hits=hits, text=text)
+
+
+def checked(s: WorkerSettings, job: SearchJob, now: float) -> SearchJob:
+    """``job`` as read from Redis, checked against the limits the producer applies (anyone who
+    may push to a search list can send any value) and normalised; InvalidInput names the first
+    field out of bounds. The deadline may be at most MAX_TIMEOUT_S (+ DEADLINE_SLACK_S for
+    clocks that disagree) ahead: a flush waits until it."""
+    names = job.namespaces
+    if not 0 < len(names) <= v.MAX_NAMESPACES or len(set(names)) != len(names):
+        raise InvalidInput(f"namespaces must be 1 to {v.MAX_NAMESPACES} distinct names")
+    for ns in names:
+        v.check_namespace(ns)
+    if job.kind != "flush":
+        v.check_text(job.query, "query", s.max_content_bytes)
+    v.check_int(job.k, "k", 1, s.max_k)
+    v.check_int(job.hops, "hops", 0, v.MAX_HOPS)
+    v.check_time(job.as_of, "as_of")
+    v.check_unit_float(job.diversity, "diversity")
+    v.check_unit_float(job.min_relevance, "min_relevance")
+    v.check_int(job.max_tokens, "max_tokens", v.MIN_CONTEXT_TOKENS, v.MAX_CONTEXT_TOKENS)
+    check_deadline(job.deadline, now)
+    update = {"filters": v.check_filters(job.filters, s), "weights": v.check_weights(job.weights)}
+    return job.model_copy(update=update)
+
+
+def check_deadline(deadline: float, now: float) -> None:
+    """A deadline read from Redis may be at most MAX_TIMEOUT_S (+ slack for clocks) ahead."""
+    if not math.isfinite(deadline) or deadline > now + v.MAX_TIMEOUT_S + DEADLINE_SLACK_S:
+        raise InvalidInput(f"deadline must be at most {v.MAX_TIMEOUT_S:.0f} s ahead")
 
 
 def search(ctx: WorkerContext, job: SearchJob) -> list[Hit]:

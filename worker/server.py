@@ -9,14 +9,14 @@ the process whose projections of it are current, and adding workers adds search 
 from __future__ import annotations
 
 import logging
-import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from typing import Self
 
 from redis import Redis
-from redis.exceptions import ConnectionError as RedisConnectionError
-from redis.exceptions import TimeoutError as RedisTimeoutError
+from redis.client import Pipeline
+from redis.exceptions import RedisError, ResponseError
 
 from producer.core import redis_kwargs
 from producer.errors import ProtocolError
@@ -24,6 +24,7 @@ from producer.protocol import Reply, SearchJob, pack, unpack
 from worker import search
 from worker.bulk import BulkPipeline
 from worker.context import WorkerContext
+from worker.daemon import Daemon
 from worker.routing import REFRESH_S, Heartbeat, Routes
 from worker.signing import SignatureRejected, check_signature
 
@@ -49,61 +50,76 @@ def serve_once(ctx: WorkerContext, conn: Redis, lists: list[str], timeout_s: flo
     except SignatureRejected as exc:
         log.warning("refused %s job_id=%s: %s", job.kind, job.job_id, exc)
         reply = Reply(job_id=job.job_id, ok=False, error=f"refused: {exc}")
-    except (RedisConnectionError, RedisTimeoutError):
-        raise
+    except RedisError as exc:
+        if not is_key_error(exc):
+            raise  # Redis is away, busy or refusing writes: the thread backs off (worker.daemon)
+        log.warning("search job_id=%s failed on a key: %s", job.job_id, exc)
+        reply = Reply(job_id=job.job_id, ok=False, error=f"worker error: {exc}")
     except Exception as exc:
         log.exception("search job_id=%s failed", job.job_id)
         reply = Reply(job_id=job.job_id, ok=False, error=f"worker error: {exc!r}")
     if reply is not None:
         pipe = BulkPipeline(ctx.redis)
-        pipe.lpush(ctx.keys.reply(job.job_id), pack(reply))
-        pipe.expire(ctx.keys.reply(job.job_id), ctx.settings.result_ttl_s)
+        send_reply(ctx, pipe, reply)
         search.touch(pipe, ctx.keys, reply.hits, time.time())
-        pipe.execute()
+        execute_reply(pipe, reply.job_id)
     return True
 
 
-class JobServer:
+def is_key_error(exc: RedisError) -> bool:
+    """True for an error reply about one key (a key of the wrong type, which anyone who may
+    write it can plant): the job fails, the thread goes on. Errors of the server (OOM, BUSY,
+    READONLY, MISCONF, a lost connection) are not."""
+    return isinstance(exc, ResponseError) and str(exc).startswith("WRONGTYPE")
+
+
+def send_reply(ctx: WorkerContext, pipe: Pipeline, reply: Reply) -> None:
+    """Queue ``reply`` on ``pipe``, for its caller's BLPOP (kept ``result_ttl_s``). A reply that
+    cannot be packed (a value msgpack refuses) is replaced by a failed one saying so."""
+    try:
+        payload = pack(reply)
+    except ProtocolError as exc:
+        log.error("the reply to job_id=%s could not be packed: %s", reply.job_id, exc)
+        error = f"worker error: the reply could not be packed ({exc})"
+        payload = pack(Reply(job_id=reply.job_id, ok=False, error=error))
+    key = ctx.keys.reply(reply.job_id)
+    pipe.lpush(key, payload)
+    pipe.expire(key, ctx.settings.result_ttl_s)
+
+
+def execute_reply(pipe: Pipeline, job_id: str) -> None:
+    """Send the reply queued on ``pipe``; a reply key of the wrong type loses that reply (its
+    caller times out) and nothing else."""
+    try:
+        pipe.execute()
+    except ResponseError as exc:
+        if not is_key_error(exc):
+            raise
+        log.warning("could not reply to job_id=%s: %s", job_id, exc)
+
+
+class JobServer(Daemon):
     """``threads`` daemon threads, each calling what ``server`` returns over its own Redis
     connection until ``stop()``; subclasses say what one call serves."""
 
-    name = "jobs"  #: thread names are zq-<name>-<i>
+    thread_name = "zq-jobs"  #: threads are named <thread_name>-<i>
 
     def __init__(self, ctx: WorkerContext, threads: int = 1) -> None:
+        super().__init__(threads)
         self.ctx = ctx
-        self._stop = threading.Event()
-        self._threads = [
-            threading.Thread(target=self._run, name=f"zq-{self.name}-{i}", daemon=True)
-            for i in range(threads)
-        ]
 
-    def start(self) -> Self:
-        for t in self._threads:
-            t.start()
-        return self
-
-    def stop(self, timeout_s: float = 5.0) -> None:
-        self._stop.set()
-        for t in self._threads:
-            t.join(timeout_s)
-
-    def _run(self) -> None:
+    @contextmanager
+    def session(self) -> Iterator[Callable[[], bool]]:
         s = self.ctx.settings
         conn = Redis.from_url(
             s.redis_url,
             socket_timeout=POLL_S + s.socket_timeout_s,
             **redis_kwargs(s),
         )
-        serve, backoff = self.server(conn), 0.1
-        while not self._stop.is_set():
-            try:
-                serve()
-                backoff = 0.1
-            except (RedisConnectionError, RedisTimeoutError) as exc:
-                log.warning("%s server lost Redis (%s); retrying in %.1fs", self.name, exc, backoff)
-                time.sleep(backoff)
-                backoff = min(backoff * 2, 5.0)
-        conn.close()
+        try:
+            yield self.server(conn)
+        finally:
+            conn.close()
 
     def server(self, conn: Redis) -> Callable[[], bool]:
         """What one thread calls in its loop: serve one job (or wait for one) over ``conn``."""
@@ -114,15 +130,16 @@ class SearchServer(JobServer):
     """Search threads, and the heartbeat that tells other processes this one serves the
     searches of the shards it drains (worker/routing.py)."""
 
-    name = "search"
+    thread_name = "zq-search"
 
     def __init__(self, ctx: WorkerContext, threads: int = 1) -> None:
         super().__init__(ctx, threads)
-        self._heartbeat = Heartbeat(ctx)
+        self._heartbeat = Heartbeat(ctx, healthy=lambda: not self.problems())
 
     def start(self) -> Self:
+        super().start()
         self._heartbeat.start()
-        return super().start()
+        return self
 
     def stop(self, timeout_s: float = 5.0) -> None:
         super().stop(timeout_s)

@@ -12,9 +12,6 @@ from __future__ import annotations
 import logging
 import time
 
-from redis.exceptions import ConnectionError as RedisConnectionError
-from redis.exceptions import TimeoutError as RedisTimeoutError
-
 from worker.context import WorkerContext
 from worker.daemon import Daemon
 from worker.periodic import PeriodicRun, record_run
@@ -66,17 +63,15 @@ def _due(ctx: WorkerContext, held: list[str]) -> list[str]:
 
 class Snapshotter(Daemon):
     """A daemon thread that runs ``snapshot_all`` for this process every ``snapshot_every_s``
-    until ``stop()``. A run that fails (Redis away, disk full) is logged; the next one retries."""
+    until ``stop()``. A run that fails (Redis away, disk full) is retried (worker.daemon)."""
 
     thread_name = "zq-snapshot"
+    wait_first = True
 
     def __init__(self, ctx: WorkerContext) -> None:
         super().__init__()
         self.ctx = ctx
+        self.interval_s = ctx.settings.snapshot_every_s
 
-    def _run(self) -> None:
-        while not self._stop.wait(self.ctx.settings.snapshot_every_s):
-            try:
-                snapshot_all(self.ctx)
-            except (RedisConnectionError, RedisTimeoutError, OSError) as exc:
-                log.warning("snapshot run failed (%s); retrying at the next interval", exc)
+    def step(self) -> int:
+        return snapshot_all(self.ctx)

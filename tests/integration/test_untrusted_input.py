@@ -20,6 +20,7 @@ from producer.errors import InvalidInput
 from producer.protocol import PROTOCOL_VERSION
 from tests.conftest import drain_all
 from tests.strategies import accepted_store_fields, accepted_texts
+from worker import organiser
 from worker.console import Printer
 
 
@@ -125,3 +126,47 @@ def test_the_cli_prints_every_accepted_note(ctx, client, as_json: bool) -> None:
     with redirect_stdout(out):
         Printer(as_json=as_json).record(client.get(note_id, namespace=ns).model_dump())
     assert note_id in out.getvalue()
+
+
+BAD_SEARCHES = [
+    ("hops", 50_000_000),
+    ("k", 10**9),
+    ("k", 0),
+    ("namespaces", [f"ns{i}" for i in range(500)]),
+    ("namespaces", []),
+    ("namespaces", ["a", "a"]),
+    ("namespaces", ["no spaces allowed"]),
+    ("deadline", 1e18),
+    ("deadline", math.inf),
+    ("query", "q" * 100_000),
+    ("diversity", math.nan),
+    ("min_relevance", 7.0),
+    ("max_tokens", 10**12),
+    ("as_of", math.nan),
+    ("weights", {"dense": math.inf}),
+    ("filters", {"agent": "a" * 100_000}),
+]
+
+
+@pytest.mark.parametrize(("field", "value"), BAD_SEARCHES)
+def test_a_search_job_the_producer_would_refuse_is_refused_and_the_thread_goes_on(
+    ctx, server, client, field: str, value: Any
+) -> None:
+    note_id = client.store("the search thread keeps serving", namespace="u")
+    drain_all(ctx)
+    job = client._core.search_job("search", "u", query="serving", k=3)
+    raw = {**job.model_dump(), field: value}
+    ctx.redis.lpush(ctx.keys.search_queue_of(["u"]), msgpack.packb(raw, use_bin_type=True))
+    reply = ctx.redis.blpop([ctx.keys.reply(job.job_id)], timeout=10)
+    assert reply is not None, "no reply: the job occupied or killed the search thread"
+    answer = msgpack.unpackb(reply[1])
+    assert answer["ok"] is False and answer["error"].startswith("refused: ")
+    assert [h.id for h in client.search("serving", namespace="u", k=3)] == [note_id]
+
+
+def test_an_organise_job_with_a_far_deadline_or_unknown_jobs_is_refused(ctx, client) -> None:
+    for field, value in (("deadline", 1e18), ("jobs", ["../../etc"])):
+        job = client._core.organise_job("u", wait=True, timeout_s=5, jobs=None)
+        forged = job.model_copy(update={field: value})
+        reply = organiser.handle(ctx, forged, msgpack.packb(forged.model_dump(), use_bin_type=True))
+        assert reply is not None and not reply.ok
