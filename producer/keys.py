@@ -164,6 +164,11 @@ class Keys:
     def tombstoned(self, ns: str) -> str:
         return f"{self.prefix}:{{{ns}}}:tombstoned"
 
+    def erased(self, ns: str) -> str:
+        """Sorted set: ids deleted (their content erased) -> when, in ms, until the audit job
+        has removed their earlier audit entries (worker/audit_log.py)."""
+        return f"{self.prefix}:{{{ns}}}:erased"
+
     def changes(self, ns: str) -> str:
         return f"{self.prefix}:{{{ns}}}:changes"
 

@@ -35,6 +35,7 @@ from redis.exceptions import TimeoutError as RedisTimeoutError
 
 from producer.protocol import JobRun
 from worker import (
+    audit_log,
     consolidation,
     eviction,
     evolution,
@@ -57,7 +58,7 @@ NamespaceJob = Callable[[WorkerContext, str], int]
 #: first (links rejudged by the LLM, duplicates merged, superseded notes marked, insights
 #: written), then evolution of the
 #: notes new links reached, then importance over the final graph, then eviction by that fresh
-#: importance.
+#: importance, then the audit stream's upkeep (erasure of deleted notes' history, trimming).
 JOBS: dict[str, NamespaceJob] = {
     "judge": llm_judge.judge_namespace,
     "merge": merge.merge_namespace,
@@ -66,6 +67,7 @@ JOBS: dict[str, NamespaceJob] = {
     "evolve": evolution.evolve_namespace,
     "importance": importance.importance_namespace,
     "evict": eviction.evict_namespace,
+    "audit": audit_log.audit_namespace,
 }
 
 #: Jobs that also run on a namespace nobody changed, once their last run is this old (s).

@@ -189,6 +189,13 @@ class WorkerSettings(ProducerSettings):
     dead_max: int = Field(default=100_000, ge=100)
     """Entries kept in the dead-letter stream."""
 
+    audit_max: int = Field(default=100_000, ge=0)
+    """Audit entries kept per namespace (about; 0 = all), trimmed by the periodic audit job."""
+
+    audit_max_age_s: float = Field(default=0.0, ge=0)
+    """Audit entries older than this are dropped by the periodic audit job (0 = kept by
+    audit_max only)."""
+
     require_signatures: bool = False
     """Refuse every job not signed with its namespace's key from namespace_keys: stores and
     deletes are dead-lettered (and audited), searches answered with an error."""

@@ -1,8 +1,14 @@
 """Tombstoning: a deleted or evicted note leaves the index and the active set, loses its vector
 and its links (from both sides), keeps its hash as a tombstone, and gets an audit entry. A
-delete also records its inbox entry on the id, so an older job of that id is a no-op after it."""
+delete also records its inbox entry on the id, so an older job of that id is a no-op after it.
+
+A delete erases: the tombstone keeps id, status, times and bookkeeping but none of
+ERASED_FIELDS, its audit entry names none of them, and the id is listed in ``Keys.erased`` so
+the periodic audit job removes its earlier audit entries (worker/audit_log.py)."""
 
 from __future__ import annotations
+
+import time
 
 from redis.client import Pipeline
 
@@ -12,6 +18,9 @@ from worker.commit import undirected
 from worker.context import WorkerContext
 from worker.lease import Lease
 from worker.projection import Projection, catch_up
+
+#: what a delete erases from the note's hash and audit: what the note said and who said it
+ERASED_FIELDS = ("content", "keywords", "tags", "context", "metadata", "agent", "event_time")
 
 
 def delete_jobs(
@@ -83,8 +92,17 @@ def _tombstone(
         notes.unlink_all(pipe, keys, ns, nid, neighbours[nid])
     seqs = {nid: int(fields[b"seq"]) for nid, fields in existing.items()}
     notes.tombstone_all(pipe, keys, ns, seqs, ctx.settings.changelog_max)
+    erase = op == "delete"
+    if erase:
+        now_ms = int(time.time() * 1000)
+        for nid in existing:
+            pipe.hdel(keys.note(ns, nid), *ERASED_FIELDS)
+        pipe.zadd(keys.erased(ns), dict.fromkeys(existing, now_ms))
     for nid, fields in existing.items():
-        before = {**notes.public_view(notes.unpack_fields(fields)), "links": neighbours[nid]}
+        view = notes.public_view(notes.unpack_fields(fields))
+        if erase:
+            view = {k: v for k, v in view.items() if k not in ERASED_FIELDS}
+        before = {**view, "links": neighbours[nid]}
         notes.audit(
             pipe,
             keys,
