@@ -82,6 +82,14 @@ class WorkerContext:
         with self._lock:
             self._shed(keep)
 
+    def drop_if_empty(self, ns: str) -> None:
+        """Drop the projection of ``ns`` if it holds no note (a namespace searched but never
+        written, or emptied): it costs memory and is rebuilt from Redis in no time."""
+        with self._lock:
+            proj = self.projections.get(ns)
+            if proj is not None and not proj.ids:
+                del self.projections[ns]
+
     def held_projections(self) -> dict[str, Projection]:
         """The projections this process holds now, by namespace."""
         with self._lock:

@@ -12,16 +12,38 @@ that worker's current projection) for as long as the shards outnumber the worker
 
 from __future__ import annotations
 
+import logging
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 
 from redis import Redis
+from redis.exceptions import ResponseError
 
 from producer.core import redis_kwargs
 from producer.keys import Keys
 from worker.daemon import Daemon, Step
 from worker.settings import WorkerSettings
+
+log = logging.getLogger(__name__)
+
+GROUP = "zq"  #: the consumer group every worker reads shard streams through
+IDLE_CONSUMER_S = 3600.0  #: a group member idle this long, holding no entry, is removed
+PRUNE_EVERY_S = 300.0  #: how often a dispatcher looks for such members
+
+#: KEYS: a shard stream; ARGV: the group, then consumers. Removes each consumer that holds no
+#: pending entry, checked in the same atomic step: one that read entries meanwhile keeps them
+#: (removing a consumer drops its pending entries, which would then never be redelivered).
+PRUNE_LUA = """
+local n = 0
+for i = 2, #ARGV do
+  if #redis.call('XPENDING', KEYS[1], ARGV[1], '-', '+', 1, ARGV[i]) == 0 then
+    redis.call('XGROUP', 'DELCONSUMER', KEYS[1], ARGV[1], ARGV[i])
+    n = n + 1
+  end
+end
+return n
+"""
 
 #: KEYS: the shard's kick flag, its lease; ARGV: the flag's TTL in ms. Sets the flag (NX)
 #: unless a drain holds the shard; 1 when it was set.
@@ -57,6 +79,27 @@ def sweep(r: Redis, keys: Keys, ttl_s: float, send: Callable[[int], None]) -> li
     ]
 
 
+def prune_consumers(r: Redis, keys: Keys, idle_s: float = IDLE_CONSUMER_S) -> int:
+    """Remove the members of each shard's consumer group that have been idle ``idle_s`` and
+    hold no pending entry: every worker process joins each shard's group under its own name,
+    so members of processes long gone would pile up. A live process that is removed (it drained
+    nothing for that long) rejoins on its next read. Returns the members removed."""
+    removed = 0
+    prune = r.register_script(PRUNE_LUA)
+    for shard in range(keys.shard_count):
+        key = keys.inbox(shard)
+        try:
+            members = r.xinfo_consumers(key, GROUP)
+        except ResponseError:  # no stream or no group yet: nothing joined
+            continue
+        idle = [m["name"] for m in members if not m["pending"] and m["idle"] > idle_s * 1000]
+        if idle:
+            removed += int(prune(keys=[key], args=[GROUP, *idle]))
+    if removed:
+        log.info("removed %d idle consumer-group members", removed)
+    return removed
+
+
 class Dispatcher(Daemon):
     """A daemon thread: wake on new inbox entries, kick their shards, sweep periodically."""
 
@@ -70,6 +113,7 @@ class Dispatcher(Daemon):
         self._streams = {self.keys.inbox(i): "$" for i in range(self.keys.shard_count)}
         self._shard_of = {self.keys.inbox(i): i for i in range(self.keys.shard_count)}
         self._next_sweep = 0.0
+        self._next_prune = 0.0
 
     @contextmanager
     def session(self) -> Iterator[Step]:
@@ -92,6 +136,9 @@ class Dispatcher(Daemon):
             if time.monotonic() >= self._next_sweep:
                 sweep(r, self.keys, self.settings.lease_s, self.send)
                 self._next_sweep = time.monotonic() + self.settings.sweep_interval_s
+            if time.monotonic() >= self._next_prune:
+                prune_consumers(r, self.keys)
+                self._next_prune = time.monotonic() + PRUNE_EVERY_S
             block_ms = int(self.settings.sweep_interval_s * 1000)
             for stream, entries in r.xread(self._streams, block=block_ms) or []:
                 name = stream.decode()

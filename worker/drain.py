@@ -35,7 +35,7 @@ from producer.protocol import (
 from worker import notes
 from worker.context import WorkerContext
 from worker.deadletter import ORIGIN_FIELD
-from worker.dispatch import kick
+from worker.dispatch import GROUP, kick
 from worker.embedding import EmbedderUnavailable
 from worker.ingest import Entry, handle_jobs
 from worker.lease import Lease, LeaseLost
@@ -43,7 +43,6 @@ from worker.signing import SignatureRejected, check_signature
 
 log = logging.getLogger(__name__)
 
-GROUP = "zq"  #: the consumer group every worker reads shard streams through
 #: a drain hands its shard over after this long when another shard's drain waits for a worker,
 #: so other shards get a turn; when none waits it keeps the shard (and its warm projection)
 SLICE_S = 5.0

@@ -264,6 +264,8 @@ def save_snapshot(ctx: WorkerContext, proj: Projection) -> Path:
 def _load_snapshot(ctx: WorkerContext, ns: str) -> Projection | None:
     path = snapshot_path(ctx, ns)
     meta = path.with_suffix(".meta")
+    if not meta.exists():  # never saved: no lock file either (a search of an unknown namespace)
+        return None
     try:
         with _locked(path, shared=True):
             if not path.exists() or not meta.exists():

@@ -118,6 +118,8 @@ def search(ctx: WorkerContext, job: SearchJob) -> list[Hit]:
         ranked.sort(key=lambda c: cands_.superseded(c, at))
     top = ranked[: job.k]
     cands_.load_hit_fields(ctx, top, qvec, ctx.embedder.name)
+    for ns in job.namespaces:  # a search of namespaces nobody wrote keeps nothing of them
+        ctx.drop_if_empty(ns)
     return [cands_.to_hit(c) for c in top]
 
 

@@ -15,7 +15,7 @@ from producer import MemoryClient
 from tests.conftest import make_settings
 from worker import drain as drain_module
 from worker.context import WorkerContext
-from worker.dispatch import kick, sweep
+from worker.dispatch import GROUP, kick, prune_consumers, sweep
 from worker.drain import SLICE_S, drain_shard, next_shard, run_drain
 from worker.lease import Lease
 
@@ -201,3 +201,20 @@ def test_entries_read_as_the_shard_lease_is_lost_are_reclaimed_by_the_next_drain
     finally:
         first.close()
         second.close()
+
+
+def test_idle_group_members_holding_nothing_are_removed_and_pending_entries_kept(
+    ctx: WorkerContext, client: MemoryClient
+) -> None:
+    client.store_many(["one", "two"], namespace="members")
+    key = ctx.keys.inbox(ctx.keys.shard_of("members"))
+    ctx.redis.xgroup_create(key, GROUP, id="0", mkstream=True)
+    ((_, done),) = ctx.redis.xreadgroup(GROUP, "gone-worker", {key: ">"}, count=1)
+    ctx.redis.xack(key, GROUP, done[0][0])
+    ctx.redis.xreadgroup(GROUP, "paused-worker", {key: ">"}, count=1)  # holds one entry
+    time.sleep(0.05)
+    assert prune_consumers(ctx.redis, ctx.keys, idle_s=0.01) == 1
+    names = {m["name"] for m in ctx.redis.xinfo_consumers(key, GROUP)}
+    assert names == {b"paused-worker"}
+    assert ctx.redis.xpending(key, GROUP)["pending"] == 1  # still there to be reclaimed
+    assert prune_consumers(ctx.redis, ctx.keys, idle_s=3600) == 0  # nobody idle that long

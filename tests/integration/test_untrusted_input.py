@@ -170,3 +170,13 @@ def test_an_organise_job_with_a_far_deadline_or_unknown_jobs_is_refused(ctx, cli
         forged = job.model_copy(update={field: value})
         reply = organiser.handle(ctx, forged, msgpack.packb(forged.model_dump(), use_bin_type=True))
         assert reply is not None and not reply.ok
+
+
+def test_searching_namespaces_nobody_wrote_keeps_nothing_of_them(ctx, server, client) -> None:
+    client.store("the one namespace with notes", namespace="real")
+    drain_all(ctx)
+    for i in range(40):
+        assert client.search("namespace with notes", namespace=[f"nobody-{i}", "real"], k=3)
+    assert set(ctx.projections) == {"real"}
+    index_dir = ctx.settings.index_dir
+    assert not index_dir.exists() or not list(index_dir.glob("*.lock"))
