@@ -76,7 +76,18 @@ Namespaces = str | Sequence[str]
 def redis_errors() -> Iterator[None]:
     try:
         yield
-    except (AuthenticationError, AuthorizationError, NoPermissionError) as exc:
+    except NoPermissionError as exc:
+        if "script|load" in str(exc):
+            raise Unavailable(
+                "Redis does not hold zettelq's scripts and this user may not load them (its ACL"
+                " denies SCRIPT LOAD, as it should for a tenant); a running worker loads them"
+                f" within a second of starting or of a Redis restart ({exc})"
+            ) from exc
+        raise AccessDenied(
+            f"Redis refused access ({exc}); check the user and password in ZQ_REDIS_URL"
+            " and the user's ACL rules"
+        ) from exc
+    except (AuthenticationError, AuthorizationError) as exc:
         raise AccessDenied(
             f"Redis refused access ({exc}); check the user and password in ZQ_REDIS_URL"
             " and the user's ACL rules"

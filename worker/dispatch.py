@@ -12,6 +12,7 @@ that worker's current projection) for as long as the shards outnumber the worker
 
 from __future__ import annotations
 
+import hashlib
 import logging
 import time
 from collections.abc import Callable, Iterator
@@ -20,8 +21,9 @@ from contextlib import contextmanager
 from redis import Redis
 from redis.exceptions import ResponseError
 
-from producer.core import redis_kwargs
+from producer.core import ENQUEUE_LUA, redis_kwargs
 from producer.keys import Keys
+from producer.proposals import REVIEW_LUA
 from worker.daemon import Daemon, Step
 from worker.settings import WorkerSettings
 
@@ -79,6 +81,23 @@ def sweep(r: Redis, keys: Keys, ttl_s: float, send: Callable[[int], None]) -> li
     ]
 
 
+#: the scripts producers run with EVALSHA: loaded by the workers, so that tenants' Redis users
+#: need no SCRIPT LOAD (which would let them run any Lua, a busy loop that stalls everyone too)
+PRODUCER_SCRIPTS = (ENQUEUE_LUA, REVIEW_LUA)
+
+
+def load_scripts(r: Redis) -> int:
+    """Load each producer script Redis does not hold (after a restart or a SCRIPT FLUSH);
+    return how many were loaded."""
+    shas = [hashlib.sha1(script.encode()).hexdigest() for script in PRODUCER_SCRIPTS]
+    missing = [
+        s for s, held in zip(PRODUCER_SCRIPTS, r.script_exists(*shas), strict=True) if not held
+    ]
+    for script in missing:
+        r.script_load(script)
+    return len(missing)
+
+
 def prune_consumers(r: Redis, keys: Keys, idle_s: float = IDLE_CONSUMER_S) -> int:
     """Remove the members of each shard's consumer group that have been idle ``idle_s`` and
     hold no pending entry: every worker process joins each shard's group under its own name,
@@ -134,6 +153,7 @@ class Dispatcher(Daemon):
         Redis refused are not missed."""
         try:
             if time.monotonic() >= self._next_sweep:
+                load_scripts(r)
                 sweep(r, self.keys, self.settings.lease_s, self.send)
                 self._next_sweep = time.monotonic() + self.settings.sweep_interval_s
             if time.monotonic() >= self._next_prune:

@@ -9,6 +9,7 @@ audited there.
 
 from __future__ import annotations
 
+import hashlib
 import json
 import time
 from pathlib import Path
@@ -16,11 +17,14 @@ from pathlib import Path
 import msgpack
 import pytest
 from redis import Redis
+from redis.exceptions import NoPermissionError
 
-from producer import AccessDenied, JobFailed, MemoryClient, signing
+from producer import AccessDenied, JobFailed, MemoryClient, Unavailable, signing
+from producer.protocol import pack
 from tests.conftest import make_settings
-from tests.e2e.workers import running
+from tests.e2e.workers import running, wait_until
 from worker.devserver import EmbeddedRedis
+from worker.dispatch import PRODUCER_SCRIPTS
 from worker.settings import WorkerSettings
 
 pytestmark = pytest.mark.e2e
@@ -33,7 +37,7 @@ def tenant_acl(prefix: str, ns: str) -> list[str]:
     replies, nothing else."""
     return [
         *("on", f">{ns}-pw", "resetkeys", "resetchannels", "-@all", "+@connection"),
-        *("+evalsha", "+script|load", "+xadd", "+xlen", "+lpush", "+blpop"),
+        *("+evalsha", "+xadd", "+xlen", "+lpush", "+blpop"),
         *("+hgetall", "+hget", "+zrange", "+zcard"),
         f"%R~{prefix}:{{{ns}}}:*",
         f"%RW~{prefix}:{{s*}}:inbox",
@@ -82,6 +86,7 @@ def test_a_tenant_cannot_read_or_write_another_tenants_namespace(tmp_path: Path)
             _tenant(server, settings, "acme") as acme,
             _tenant(server, settings, "globex") as globex,
         ):
+            wait_until(lambda: _scripts_loaded(server))  # by the worker: tenants may not
             secret = acme.store("acme's launch date is the 14th", namespace="acme")
             acme.store("acme's launch needs legal sign-off", namespace="acme")
             globex.store("globex launches in spring", namespace="globex")
@@ -116,3 +121,50 @@ def test_a_tenant_cannot_read_or_write_another_tenants_namespace(tmp_path: Path)
                 b"not signed with the key of namespace 'acme'" in e[b"reason"] for _, e in dead
             )
             admin.close()
+
+
+def test_a_tenant_can_neither_run_its_own_lua_nor_harm_the_worker_through_a_reply_key(
+    tmp_path: Path,
+):
+    with EmbeddedRedis(requirepass="admin-pw") as server:
+        settings = make_settings(tmp_path, redis_url=server.url, namespace_keys=KEYS)
+        env = {"ZQ_NAMESPACE_KEYS": json.dumps(KEYS)}
+        with (
+            running(settings, **env),
+            _tenant(server, settings, "acme") as acme,
+            _tenant(server, settings, "globex") as globex,
+            Redis.from_url(acme.settings.redis_url) as tenant,
+            Redis.from_url(server.url) as admin,
+        ):
+            wait_until(lambda: _scripts_loaded(server))
+            for attack in (
+                lambda: tenant.eval("while true do end", 0),
+                lambda: tenant.script_load("while true do end"),
+                lambda: tenant.execute_command("FUNCTION", "LOAD", "#!lua name=x\n"),
+            ):
+                with pytest.raises(NoPermissionError):
+                    attack()
+            note = globex.store("globex keeps its own memory", namespace="globex")
+            job = acme._core.search_job("search", "acme", query="anything", k=3)
+            tenant.xadd(acme.keys.reply(job.job_id), {"planted": 1})
+            tenant.lpush(acme.keys.search_queue_of(["acme"]), pack(job))
+            wait_until(lambda: admin.llen(acme.keys.search_queue_of(["acme"])) == 0)
+            for _ in range(3):  # every search thread the planted key could have reached
+                assert [h.id for h in globex.search("own memory", namespace="globex")] == [note]
+            admin.script_flush()  # as a Redis restart would: the worker loads them again
+            wait_until(lambda: _stored(acme), 10)
+
+
+def _scripts_loaded(server: EmbeddedRedis) -> bool:
+    shas = [hashlib.sha1(s.encode()).hexdigest() for s in PRODUCER_SCRIPTS]
+    with Redis.from_url(server.url) as admin:
+        return all(admin.script_exists(*shas))
+
+
+def _stored(mem: MemoryClient) -> bool:
+    try:
+        mem.store("stored once the worker reloaded the scripts", namespace="acme")
+    except Unavailable as exc:
+        assert "may not load them" in str(exc)
+        return False
+    return True
