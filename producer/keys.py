@@ -103,6 +103,10 @@ class Keys:
     def shard_search(self, shard: int) -> str:
         return f"{self.prefix}:{{s{shard}}}:search"
 
+    def shard_counters(self, shard: int) -> str:
+        """Hash of the shard's running totals: ``jobs`` (inbox entries organised, by drains)."""
+        return f"{self.prefix}:{{s{shard}}}:counters"
+
     # global keys
     def search_queue(self) -> str:
         return f"{self.prefix}:search"
@@ -116,6 +120,15 @@ class Keys:
 
     def searcher(self, consumer: str) -> str:
         return f"{self.prefix}:searcher:{consumer}"
+
+    def searchers(self) -> str:
+        """Sorted set: search servers' consumers -> when their stats lapse (epoch ms)."""
+        return f"{self.prefix}:searchers"
+
+    def search_stats(self, consumer: str) -> str:
+        """Hash of a search server's last minute (searches, p50_ms, p99_ms), renewed with its
+        searcher key (worker/routing.py) and lapsing with it."""
+        return f"{self.prefix}:searchstats:{consumer}"
 
     def process(self, consumer: str) -> str:
         return f"{self.prefix}:process:{consumer}"

@@ -116,6 +116,7 @@ def _ack_and_read(
     if done:
         pipe.xack(key, GROUP, *done)
         pipe.xdel(key, *done)
+        pipe.hincrby(ctx.keys.shard_counters(shard), "jobs", len(done))
     lease.queue_renew(pipe)
     if not read:
         lease.renewed(pipe.execute()[-1])

@@ -21,7 +21,7 @@ LIVE_S + REFRESH_S before other processes take them.
 from __future__ import annotations
 
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from contextlib import suppress
 
 from redis import Redis
@@ -33,6 +33,7 @@ from worker.daemon import Daemon
 REFRESH_S = 0.5  #: how often a search thread re-reads which lists it serves
 HEARTBEAT_S = 0.5  #: how often a search server renews its searcher key
 LIVE_S = 3.0  #: the searcher key's TTL: a process silent this long counts as gone
+PRUNE_AFTER_MS = 60_000  #: index entries of search servers whose stats lapsed this long ago go
 HELP_AT = 4  #: searches waiting on a shard's list from which every search thread serves it
 
 
@@ -89,18 +90,34 @@ class Heartbeat(Daemon):
     thread_name = "zq-search-beat"
     interval_s = HEARTBEAT_S
 
-    def __init__(self, ctx: WorkerContext, healthy: Callable[[], bool]) -> None:
+    def __init__(
+        self,
+        ctx: WorkerContext,
+        healthy: Callable[[], bool],
+        stats: Callable[[], Mapping[str, float]],
+    ) -> None:
         super().__init__()
-        self.ctx, self.healthy = ctx, healthy
+        self.ctx, self.healthy, self.stats = ctx, healthy, stats
 
     def stop(self, timeout_s: float = 5.0) -> None:
         super().stop(timeout_s)
+        keys, me = self.ctx.keys, self.ctx.consumer
         with suppress(RedisError):
-            self.ctx.redis.delete(self.ctx.keys.searcher(self.ctx.consumer))
+            pipe = self.ctx.redis.pipeline(transaction=False)
+            pipe.delete(keys.searcher(me), keys.search_stats(me))
+            pipe.zrem(keys.searchers(), me)
+            pipe.execute()
 
     def step(self) -> None:
-        key = self.ctx.keys.searcher(self.ctx.consumer)
-        if self.healthy():
-            self.ctx.redis.set(key, 1, px=int(LIVE_S * 1000))
-        else:
-            self.ctx.redis.delete(key)
+        keys, me = self.ctx.keys, self.ctx.consumer
+        if not self.healthy():
+            self.ctx.redis.delete(keys.searcher(me))
+            return
+        ttl_ms, now_ms = int(LIVE_S * 1000), int(time.time() * 1000)
+        pipe = self.ctx.redis.pipeline(transaction=False)
+        pipe.set(keys.searcher(me), 1, px=ttl_ms)
+        pipe.hset(keys.search_stats(me), mapping=dict(self.stats()))
+        pipe.pexpire(keys.search_stats(me), ttl_ms)
+        pipe.zadd(keys.searchers(), {me: now_ms + ttl_ms})
+        pipe.zremrangebyscore(keys.searchers(), "-inf", now_ms - PRUNE_AFTER_MS)
+        pipe.execute()

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import logging
 import time
+from collections import deque
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from typing import Self
@@ -33,12 +34,19 @@ log = logging.getLogger(__name__)
 POLL_S = 1.0  #: BRPOP timeout, so that stop() is noticed within a second
 
 
-def serve_once(ctx: WorkerContext, conn: Redis, lists: list[str], timeout_s: float) -> bool:
+def serve_once(
+    ctx: WorkerContext,
+    conn: Redis,
+    lists: list[str],
+    timeout_s: float,
+    record: Callable[[float], None] | None = None,
+) -> bool:
     """Take one search job from ``lists`` (waiting up to ``timeout_s``) and reply; False when
-    none came."""
+    none came. ``record`` gets the seconds from taking the job to sending its reply."""
     got = conn.brpop(lists, timeout=timeout_s)
     if got is None:
         return False
+    started = time.perf_counter()
     try:
         job = unpack(SearchJob, got[1])
     except ProtocolError as exc:
@@ -63,7 +71,39 @@ def serve_once(ctx: WorkerContext, conn: Redis, lists: list[str], timeout_s: flo
         send_reply(ctx, pipe, reply)
         search.touch(pipe, ctx.keys, reply.hits, time.time())
         execute_reply(pipe, reply.job_id)
+        if record is not None:
+            record(time.perf_counter() - started)
     return True
+
+
+class Latencies:
+    """The durations of the searches a process served in the last WINDOW_S (at most MAX_KEPT),
+    summarised for `zettelq top` by the search heartbeat (worker/routing.py)."""
+
+    WINDOW_S = 60.0
+    MAX_KEPT = 100_000
+
+    def __init__(self) -> None:
+        self._seen: deque[tuple[float, float]] = deque(maxlen=self.MAX_KEPT)
+
+    def add(self, seconds: float) -> None:
+        self._seen.append((time.monotonic(), seconds))
+
+    def summary(self) -> dict[str, float]:
+        """``searches`` in the window and their ``p50_ms`` and ``p99_ms`` (0 when none)."""
+        cutoff = time.monotonic() - self.WINDOW_S
+        recent = sorted(took for at, took in list(self._seen) if at >= cutoff)
+        if not recent:
+            return {"searches": 0, "p50_ms": 0.0, "p99_ms": 0.0}
+        return {
+            "searches": len(recent),
+            "p50_ms": _quantile(recent, 0.5) * 1000,
+            "p99_ms": _quantile(recent, 0.99) * 1000,
+        }
+
+
+def _quantile(ordered: list[float], q: float) -> float:
+    return ordered[min(len(ordered) - 1, int(q * len(ordered)))]
 
 
 def is_key_error(exc: RedisError) -> bool:
@@ -134,7 +174,10 @@ class SearchServer(JobServer):
 
     def __init__(self, ctx: WorkerContext, threads: int = 1) -> None:
         super().__init__(ctx, threads)
-        self._heartbeat = Heartbeat(ctx, healthy=lambda: not self.problems())
+        self.latencies = Latencies()
+        self._heartbeat = Heartbeat(
+            ctx, healthy=lambda: not self.problems(), stats=self.latencies.summary
+        )
 
     def start(self) -> Self:
         super().start()
@@ -147,4 +190,4 @@ class SearchServer(JobServer):
 
     def server(self, conn: Redis) -> Callable[[], bool]:
         routes = Routes(self.ctx)
-        return lambda: serve_once(self.ctx, conn, routes.lists(conn), REFRESH_S)
+        return lambda: serve_once(self.ctx, conn, routes.lists(conn), REFRESH_S, self.latencies.add)
