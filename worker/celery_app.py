@@ -25,7 +25,7 @@ from redis import Redis
 
 from producer.core import redis_kwargs
 from producer.keys import Keys
-from worker import redis_config
+from worker import metrics, redis_config
 from worker.context import WorkerContext
 from worker.dispatch import Dispatcher
 from worker.heartbeat import ProcessHeartbeat
@@ -98,9 +98,15 @@ def _on_worker_ready(sender: Any = None, **_: object) -> None:
             raise SystemExit(1) from exc
     _state["heartbeat"] = ProcessHeartbeat(settings, "worker").start()
     _state["dispatcher"] = Dispatcher(settings, send_drain).start()
+    metrics.serve(settings)
     if app.conf.worker_pool != "prefork":
         _start_servers()
     log.info("zettelq worker ready: shards=%d", settings.shard_count)
+
+
+@signals.worker_process_shutdown.connect
+def _on_pool_process_exit(pid: int | None = None, **_: object) -> None:
+    metrics.mark_dead(pid or os.getpid())
 
 
 @signals.worker_shutdown.connect

@@ -30,6 +30,7 @@ from __future__ import annotations
 import argparse
 import logging
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -38,6 +39,7 @@ import time
 import traceback
 from collections.abc import Sequence
 from importlib.metadata import PackageNotFoundError, version
+from pathlib import Path
 
 from producer.core import redis_errors
 from worker import commands, health, operations, top
@@ -154,12 +156,24 @@ def _add_processes(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> 
 
 
 def _worker(settings: WorkerSettings, args: argparse.Namespace, rest: list[str]) -> int:
+    if settings.metrics_port:
+        _share_metrics(settings)
     from worker.celery_app import INGEST_QUEUE, MAINT_QUEUE
 
     return _celery("worker", "-Q", f"{INGEST_QUEUE},{MAINT_QUEUE}", *rest)
 
 
+def _share_metrics(settings: WorkerSettings) -> None:
+    """Prometheus multiprocess mode for the prefork pool: PROMETHEUS_MULTIPROC_DIR names an empty
+    folder before prometheus-client is imported (by worker.metrics); the children inherit it."""
+    folder = Path(settings.metrics_dir or f"/tmp/zettelq-metrics-{os.getpid()}")
+    shutil.rmtree(folder, ignore_errors=True)
+    folder.mkdir(parents=True)
+    os.environ["PROMETHEUS_MULTIPROC_DIR"] = str(folder)
+
+
 def _searcher(settings: WorkerSettings, args: argparse.Namespace, rest: list[str]) -> int:
+    from worker import metrics
     from worker.context import WorkerContext
     from worker.heartbeat import ProcessHeartbeat
     from worker.redis_config import check_at_start
@@ -175,6 +189,7 @@ def _searcher(settings: WorkerSettings, args: argparse.Namespace, rest: list[str
     server = SearchServer(ctx, settings.search_threads).start()
     snapshotter = Snapshotter(ctx).start()
     heartbeat = ProcessHeartbeat(settings, "searcher", consumer=ctx.consumer).start()
+    metrics.serve(settings)
     log.info("zettelq searcher ready: threads=%d", settings.search_threads)
     stopped.wait()
     heartbeat.stop()

@@ -27,6 +27,8 @@ from typing import Self
 
 from redis.exceptions import RedisError
 
+from worker import metrics
+
 log = logging.getLogger(__name__)
 
 FIRST_BACKOFF_S = 0.1  #: the wait after a first failure; it doubles per failure in a row
@@ -54,6 +56,7 @@ class Watch:
         next step."""
         kind = type(exc).__name__
         self.errors[kind] += 1
+        metrics.count_thread_error(thread, kind)
         self.in_a_row += 1
         if self.failing_since is None:
             self.failing_since = time.monotonic()

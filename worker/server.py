@@ -22,7 +22,7 @@ from redis.exceptions import RedisError, ResponseError
 from producer.core import redis_kwargs
 from producer.errors import ProtocolError
 from producer.protocol import Reply, SearchJob, pack, unpack
-from worker import search
+from worker import metrics, search
 from worker.bulk import BulkPipeline
 from worker.context import WorkerContext
 from worker.daemon import Daemon
@@ -71,8 +71,10 @@ def serve_once(
         send_reply(ctx, pipe, reply)
         search.touch(pipe, ctx.keys, reply.hits, time.time())
         execute_reply(pipe, reply.job_id)
+        took = time.perf_counter() - started
+        metrics.observe_search(job.kind, took)
         if record is not None:
-            record(time.perf_counter() - started)
+            record(took)
     return True
 
 

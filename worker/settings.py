@@ -189,6 +189,17 @@ class WorkerSettings(ProducerSettings):
     dead_max: int = Field(default=100_000, ge=100)
     """Entries kept in the dead-letter stream."""
 
+    metrics_port: int = Field(default=0, ge=0, le=65535)
+    """Port of the /metrics endpoint of each worker and searcher process (0 = none; needs the
+    metrics extra)."""
+
+    metrics_host: str = "127.0.0.1"
+    """Address the /metrics endpoint listens on (0.0.0.0 for a scraper on another host)."""
+
+    metrics_dir: str | None = None
+    """Folder the processes of a prefork worker share their metrics through (emptied when the
+    worker starts; default /tmp/zettelq-metrics-<pid>)."""
+
     audit_max: int = Field(default=100_000, ge=0)
     """Audit entries kept per namespace (about; 0 = all), trimmed by the periodic audit job."""
 
