@@ -9,12 +9,15 @@ import asyncio
 import time
 from collections.abc import Iterator
 from datetime import UTC, datetime
+from typing import TypedDict
 
 import msgpack
 import pytest
 
 pytest.importorskip("langgraph.store.base", reason="needs the langgraph extra")
 
+from langgraph.graph import END, START, StateGraph
+from langgraph.runtime import Runtime
 from langgraph.store.base import (
     GetOp,
     InvalidNamespaceError,
@@ -531,3 +534,60 @@ def test_match_condition_ops_given_to_batch_directly(store):
         match_conditions=(MatchCondition("prefix", ("a", "*")), MatchCondition("suffix", ("f",)))
     )
     assert store.batch([op])[0] == [("a", "b", "f"), ("a", "c", "f")]
+
+
+# --- a compiled graph ---------------------------------------------------------------------
+
+
+class Turn(TypedDict):
+    user: str
+    fact: str
+    recalled: str
+    found: list[str]
+
+
+def remember(state: Turn, runtime: Runtime) -> dict[str, object]:
+    assert runtime.store is not None
+    runtime.store.put(("memories", state["user"]), "fact-1", {"content": state["fact"]})
+    return {}
+
+
+def recall(state: Turn, runtime: Runtime) -> dict[str, object]:
+    assert runtime.store is not None
+    ns = ("memories", state["user"])
+    item = runtime.store.get(ns, "fact-1")
+    hits = runtime.store.search(("memories",), query="tea")
+    return {"recalled": item.value["content"] if item else "", "found": [h.key for h in hits]}
+
+
+async def arecall(state: Turn, runtime: Runtime) -> dict[str, object]:
+    assert runtime.store is not None
+    item = await runtime.store.aget(("memories", state["user"]), "fact-1")
+    return {"recalled": item.value["content"] if item else "", "found": []}
+
+
+def build_graph(second: object) -> StateGraph:
+    graph = StateGraph(Turn)
+    graph.add_node("remember", remember)
+    graph.add_node("recall", second)
+    graph.add_edge(START, "remember")
+    graph.add_edge("remember", "recall")
+    graph.add_edge("recall", END)
+    return graph
+
+
+def test_a_state_graph_reads_its_own_write_in_the_next_node(store):
+    app = build_graph(recall).compile(store=store)
+    out = app.invoke({"user": "ann", "fact": "Ann drinks green tea", "recalled": "", "found": []})
+    assert out["recalled"] == "Ann drinks green tea"
+    assert out["found"] == ["fact-1"]
+
+
+def test_an_async_state_graph_on_the_async_store(settings, server):
+    async def scenario(s):
+        app = build_graph(arecall).compile(store=s)
+        return await app.ainvoke(
+            {"user": "bo", "fact": "Bo likes chess", "recalled": "", "found": []}
+        )
+
+    assert run_async(settings, scenario)["recalled"] == "Bo likes chess"
