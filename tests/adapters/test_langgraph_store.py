@@ -6,6 +6,7 @@ and Postgres stores), written anew here."""
 from __future__ import annotations
 
 import asyncio
+import json
 import time
 from collections.abc import Iterator
 from datetime import UTC, datetime
@@ -591,3 +592,19 @@ def test_an_async_state_graph_on_the_async_store(settings, server):
         )
 
     assert run_async(settings, scenario)["recalled"] == "Bo likes chess"
+
+
+def test_langmem_manage_then_search_round_trip(store):
+    langmem = pytest.importorskip("langmem", reason="langmem is optional (not in the dev extra)")
+    ns = ("memories", "team")
+    manage = langmem.create_manage_memory_tool(ns, store=store)
+    search = langmem.create_search_memory_tool(ns, store=store)
+    created = manage.invoke({"content": "Ann prefers green tea", "action": "create"})
+    memory_id = created.rsplit(" ", 1)[1]
+    manage.invoke({"content": "Ann prefers oolong tea", "action": "update", "id": memory_id})
+    manage.invoke({"content": "Bo plays chess", "action": "create"})
+    found = json.loads(search.invoke({"query": "tea", "limit": 5}))
+    assert found[0]["key"] == memory_id and found[0]["namespace"] == list(ns)
+    assert found[0]["value"] == {"content": "Ann prefers oolong tea"}
+    assert found[0]["score"] is not None
+    assert len(found) == 2
