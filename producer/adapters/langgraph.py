@@ -61,7 +61,9 @@ class ZettelqStore(BaseStore):
 
     supports_ttl = False
 
-    def __init__(self, client: MemoryClient, *, fields: Sequence[str] | None = None) -> None:
+    def __init__(
+        self, client: MemoryClient, *, fields: Sequence[str] | None = None, agent: str | None = None
+    ) -> None:
         super().__init__()
         s = client.settings
         self._client = client
@@ -71,7 +73,7 @@ class ZettelqStore(BaseStore):
             s.redis_url, socket_timeout=s.socket_timeout_s, **redis_kwargs(s)
         )
         self._enqueue = self._redis.register_script(ENQUEUE_LUA)
-        self._tracker = WriteTracker()
+        self._tracker = WriteTracker(agent)
 
     def close(self) -> None:
         """Close this store's Redis connections (the client stays open)."""
@@ -176,7 +178,13 @@ class AsyncZettelqStore(AsyncBatchedBaseStore):
 
     supports_ttl = False
 
-    def __init__(self, client: AsyncMemoryClient, *, fields: Sequence[str] | None = None) -> None:
+    def __init__(
+        self,
+        client: AsyncMemoryClient,
+        *,
+        fields: Sequence[str] | None = None,
+        agent: str | None = None,
+    ) -> None:
         super().__init__()
         s = client.settings
         self._client = client
@@ -186,7 +194,7 @@ class AsyncZettelqStore(AsyncBatchedBaseStore):
             s.redis_url, socket_timeout=s.socket_timeout_s, **async_redis_kwargs(s)
         )
         self._enqueue = self._redis.register_script(ENQUEUE_LUA)
-        self._tracker = WriteTracker()
+        self._tracker = WriteTracker(agent)
 
     async def aclose(self) -> None:
         """Close this store's Redis connections (the client stays open)."""

@@ -204,10 +204,11 @@ class Writes:
 
 
 class WriteTracker:
-    """What one store has written and not yet flushed, per namespace (thread-safe), and the
-    time of each put (strictly increasing within the store)."""
+    """What one store has written and not yet flushed, per namespace (thread-safe), the time
+    of each put (strictly increasing within the store) and the agent its notes are stored as."""
 
-    def __init__(self) -> None:
+    def __init__(self, agent: str | None = None) -> None:
+        self._agent = v.check_agent(agent)
         self._lock = threading.Lock()
         self._written: dict[str, int] = {}
         self._flushed: dict[str, int] = {}
@@ -223,9 +224,9 @@ class WriteTracker:
                 writes.payloads.append((ns, core.delete_payload(nid, ns)))
             else:
                 item = store_fields(op, fields, self._now())
-                writes.payloads.append(
-                    (ns, core.store_payload(item.pop("content"), ns, id=nid, **item)[1])
-                )
+                content = item.pop("content")
+                _, payload = core.store_payload(content, ns, id=nid, agent=self._agent, **item)
+                writes.payloads.append((ns, payload))
                 writes.registered.append(ns)
             writes.namespaces.append(ns)
         writes.namespaces = list(dict.fromkeys(writes.namespaces))
