@@ -38,6 +38,7 @@ from producer.adapters.langgraph_items import (
     note_id,
 )
 from tests.conftest import drain_all
+from worker import periodic
 from worker.server import SearchServer
 from worker.settings import WorkerSettings
 
@@ -608,3 +609,28 @@ def test_langmem_manage_then_search_round_trip(store):
     assert found[0]["value"] == {"content": "Ann prefers oolong tea"}
     assert found[0]["score"] is not None
     assert len(found) == 2
+
+
+def test_organisation_keeps_every_item_merge_supersession_and_insights_included(store, ctx):
+    ns = ("org",)
+    same = {"content": "Postgres stores the solar panel readings every minute."}
+    for key in ("dup-1", "dup-2", "dup-3"):
+        store.put(ns, key, same)
+    texts = [
+        "Solar panel readings arrive from the inverters over MQTT.",
+        "The inverters push solar panel readings to Postgres through MQTT.",
+        "The solar panel readings store moved from Postgres to TimescaleDB.",
+    ]
+    for i, text in enumerate(texts):
+        store.put(ns, f"t{i}", {"content": text})
+    assert len(store.search(ns, limit=20)) == 6
+    runs = periodic.organise(ctx, encode_namespace(ns), None, time.time() + 30)
+    assert {r.job for r in runs} >= {"merge", "supersede", "consolidate"}
+    for key in ("dup-1", "dup-2", "dup-3"):
+        assert store.get(ns, key).value == same
+    assert sorted(i.key for i in store.search(ns, limit=20)) == [
+        "dup-1", "dup-2", "dup-3", "t0", "t1", "t2"
+    ]  # fmt: skip
+    assert {i.key for i in store.search(ns, query="solar panel readings", limit=20)} == {
+        "dup-1", "dup-2", "dup-3", "t0", "t1", "t2"
+    }  # fmt: skip
