@@ -16,6 +16,7 @@ from typing import Any
 
 from redis import Redis
 from redis import asyncio as aioredis
+from redis.exceptions import NoScriptError
 
 try:
     from langgraph.store.base import BaseStore, Op, PutOp, Result, SearchOp
@@ -97,15 +98,22 @@ class ZettelqStore(BaseStore):
         return await asyncio.to_thread(self.batch, list(ops))
 
     def _write(self, writes: Writes) -> None:
+        """One round trip: an EVALSHA of the enqueue script per shard stream, and an SADD of
+        the namespaces this store has not registered yet (once more if Redis lost the script)."""
+        commands = writes.commands(self._core, self._enqueue.sha, self._tracker)
         with redis_errors():
-            pipe = self._redis.pipeline(transaction=False)
-            for inbox, payloads in writes.by_inbox(self._core.keys).items():
-                args = [self._core.settings.max_pending, *payloads]
-                self._enqueue(keys=[inbox], args=args, client=pipe)
-            if writes.registered:
-                pipe.sadd(self._core.keys.langgraph_namespaces(), *writes.registered)
-            pipe.execute()
-        self._tracker.written(writes.namespaces)
+            try:
+                self._send(commands)
+            except NoScriptError:
+                self._redis.script_load(ENQUEUE_LUA)
+                self._send(commands)
+        self._tracker.written(writes)
+
+    def _send(self, commands: list[tuple[object, ...]]) -> None:
+        pipe = self._redis.pipeline(transaction=False)
+        for command in commands:
+            pipe.execute_command(*command)
+        pipe.execute()
 
     def _read(self, reads: Read, results: list[Result]) -> None:
         names = self._registry() if reads.needs_registry else []
@@ -215,15 +223,20 @@ class AsyncZettelqStore(AsyncBatchedBaseStore):
         return results
 
     async def _write(self, writes: Writes) -> None:
+        commands = writes.commands(self._core, self._enqueue.sha, self._tracker)
         with redis_errors():
-            pipe = self._redis.pipeline(transaction=False)
-            for inbox, payloads in writes.by_inbox(self._core.keys).items():
-                args = [self._core.settings.max_pending, *payloads]
-                await self._enqueue(keys=[inbox], args=args, client=pipe)
-            if writes.registered:
-                pipe.sadd(self._core.keys.langgraph_namespaces(), *writes.registered)
-            await pipe.execute()
-        self._tracker.written(writes.namespaces)
+            try:
+                await self._send(commands)
+            except NoScriptError:
+                await self._redis.script_load(ENQUEUE_LUA)
+                await self._send(commands)
+        self._tracker.written(writes)
+
+    async def _send(self, commands: list[tuple[object, ...]]) -> None:
+        pipe = self._redis.pipeline(transaction=False)
+        for command in commands:
+            pipe.execute_command(*command)
+        await pipe.execute()
 
     async def _read(self, reads: Read, results: list[Result]) -> None:
         names = await self._registry() if reads.needs_registry else []

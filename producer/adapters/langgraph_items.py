@@ -1,7 +1,7 @@
 """The pure part of the LangGraph store (producer/adapters/langgraph.py): how namespaces, keys
 and values map onto notes, batch planning, filters, search and list_namespaces results. No I/O.
 
-An item is the note ``lg-<uuid5(namespace, key)>`` in the zettelq namespace of its LangGraph
+An item is the note ``lg-<hash of namespace and key>`` in the zettelq namespace of its LangGraph
 namespace. Its metadata holds ``{"langgraph": {"key", "value", "indexed", "at"}}`` (``at``: the
 time of the last put, which is also the note's event_time); its content is the text at the
 index paths (the key when nothing is indexed).
@@ -9,12 +9,13 @@ index paths (the key when nothing is indexed).
 
 from __future__ import annotations
 
+import functools
+import hashlib
 import json
 import operator
 import re
 import threading
 import time
-import uuid
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
@@ -44,12 +45,11 @@ except ImportError as exc:
 from producer import validation as v
 from producer.core import ClientCore
 from producer.errors import InvalidInput
-from producer.keys import Keys
 from producer.protocol import Hit
 
 META = "langgraph"  #: metadata key holding the item
-ID_PREFIX = "lg-"  #: note ids of items: lg-<32 hex of uuid5>
-ID_SPACE = uuid.UUID("6b1f3f4e-54e4-5a8e-9d3c-6c616e676772")  #: uuid5 namespace of item ids
+ID_PREFIX = "lg-"  #: note ids of items: lg-<32 hex>
+ID_PERSON = b"zettelq:lg"  #: BLAKE2b personalisation of item ids
 DEFAULT_FIELDS = ("$",)  #: index paths of a put that names none: the whole value, as JSON
 MAX_SEARCH_NAMESPACES = 16  #: namespaces one zettelq search covers; more go in groups
 NOTE_FIELDS = ("status", "metadata", "created_at")  #: note hash fields an item is read from
@@ -63,6 +63,7 @@ ORDER: dict[str, Callable[[float, float], bool]] = {
 OPERATORS = frozenset({"$eq", "$ne", *ORDER})  #: filter operators
 
 
+@functools.lru_cache(maxsize=4_096)
 def encode_namespace(namespace: tuple[str, ...]) -> str:
     """The zettelq namespace of a LangGraph namespace: the labels joined by ".", each
     character outside ``A-Z a-z 0-9 _ @ / -`` written as ``:XX`` per UTF-8 byte (so neither
@@ -111,13 +112,15 @@ def check_labels(namespace: object) -> None:
 
 
 def note_id(namespace: str, key: str) -> str:
-    """The stable note id of ``key`` in the (encoded) ``namespace``."""
+    """The stable note id of ``key`` in the (encoded) ``namespace``: ``lg-`` and the 128-bit
+    BLAKE2b hash of both, in hex."""
     if not isinstance(key, str):
         raise InvalidInput(f"key must be a str, got {type(key).__name__}")
     try:
-        return ID_PREFIX + uuid.uuid5(ID_SPACE, f"{namespace}\n{key}").hex
+        name = f"{namespace}\n{key}".encode()
     except UnicodeEncodeError as exc:
         raise InvalidInput("key is not valid Unicode text (lone surrogate)") from exc
+    return ID_PREFIX + hashlib.blake2b(name, digest_size=16, person=ID_PERSON).hexdigest()
 
 
 def check_ops(ops: Sequence[Op]) -> None:
@@ -195,11 +198,23 @@ class Writes:
     namespaces: list[str] = field(default_factory=list)
     registered: list[str] = field(default_factory=list)
 
-    def by_inbox(self, keys: Keys) -> dict[str, list[bytes]]:
-        """The payloads grouped by shard stream, each group in op order."""
-        out: dict[str, list[bytes]] = {}
+    def commands(
+        self, core: ClientCore, sha: str, tracker: WriteTracker
+    ) -> list[tuple[object, ...]]:
+        """The Redis commands that send the batch: per shard stream one EVALSHA of the enqueue
+        script (``sha``) with that stream's payloads in op order, then one SADD of the
+        namespaces ``tracker`` has not registered yet."""
+        keys = core.keys
+        by_inbox: dict[str, list[bytes]] = {}
         for ns, payload in self.payloads:
-            out.setdefault(keys.inbox(keys.shard_of(ns)), []).append(payload)
+            by_inbox.setdefault(keys.inbox(keys.shard_of(ns)), []).append(payload)
+        bound = core.settings.max_pending
+        out: list[tuple[object, ...]] = [
+            ("EVALSHA", sha, 1, inbox, bound, *payloads) for inbox, payloads in by_inbox.items()
+        ]
+        new = tracker.unregistered(self.registered)
+        if new:
+            out.append(("SADD", keys.langgraph_namespaces(), *new))
         return out
 
 
@@ -212,6 +227,7 @@ class WriteTracker:
         self._lock = threading.Lock()
         self._written: dict[str, int] = {}
         self._flushed: dict[str, int] = {}
+        self._registered: set[str] = set()
         self._last_at = 0.0
 
     def plan(self, puts: Sequence[PutOp], core: ClientCore, fields: Sequence[str]) -> Writes:
@@ -238,10 +254,16 @@ class WriteTracker:
             self._last_at = max(time.time(), self._last_at + 1e-6)
             return self._last_at
 
-    def written(self, namespaces: Iterable[str]) -> None:
+    def written(self, writes: Writes) -> None:
+        """``writes`` reached Redis: their namespaces are dirty and registered."""
         with self._lock:
-            for ns in namespaces:
+            for ns in writes.namespaces:
                 self._written[ns] = self._written.get(ns, 0) + 1
+            self._registered.update(writes.registered)
+
+    def unregistered(self, namespaces: Iterable[str]) -> list[str]:
+        with self._lock:
+            return [ns for ns in namespaces if ns not in self._registered]
 
     def dirty(self) -> list[str]:
         with self._lock:

@@ -7,6 +7,8 @@ from __future__ import annotations
 
 import asyncio
 import json
+import subprocess
+import sys
 import time
 from collections.abc import Iterator
 from datetime import UTC, datetime
@@ -239,6 +241,13 @@ def test_n_puts_over_several_namespaces_are_one_round_trip(store, settings, ctx)
     drain_all(ctx)
     assert len(store.search(("n",), limit=100)) == 30
     monitor.close()
+
+
+def test_a_put_after_redis_lost_its_scripts_loads_the_script_again(store, settings):
+    store.put(("s",), "before", {"v": 1})
+    Redis.from_url(settings.redis_url).script_flush()
+    store.put(("s",), "after", {"v": 2})
+    assert store.get(("s",), "after").value == {"v": 2}
 
 
 def test_the_puts_of_a_batch_are_jobs_on_the_inbox_before_any_worker_runs(client, settings):
@@ -634,3 +643,28 @@ def test_organisation_keeps_every_item_merge_supersession_and_insights_included(
     assert {i.key for i in store.search(ns, query="solar panel readings", limit=20)} == {
         "dup-1", "dup-2", "dup-3", "t0", "t1", "t2"
     }  # fmt: skip
+
+
+BLOCKED_IMPORT = """
+import sys
+
+class Block:
+    def find_spec(self, name, path=None, target=None):
+        if name.split(".")[0] in ("langgraph", "langchain_core"):
+            raise ModuleNotFoundError(f"No module named {name!r}")
+
+sys.meta_path.insert(0, Block())
+import producer
+assert not [m for m in sys.modules if m.startswith(("langgraph", "producer.adapters"))]
+try:
+    import producer.adapters.langgraph
+except ImportError as exc:
+    print(exc)
+"""
+
+
+def test_producer_stays_light_and_a_missing_extra_names_it():
+    out = subprocess.run(
+        [sys.executable, "-c", BLOCKED_IMPORT], capture_output=True, text=True, check=True
+    )
+    assert "pip install 'zettelq[langgraph]'" in out.stdout
