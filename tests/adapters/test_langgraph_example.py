@@ -4,6 +4,7 @@ against the test's Redis, with the in-thread search server organising its notes.
 from __future__ import annotations
 
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -42,3 +43,13 @@ def test_the_langgraph_team_example_runs_and_its_agents_read_each_other(
     hits = client.search("plan approved", namespace=team)
     assert hits[0].metadata["langgraph"]["key"] == "review"  # type: ignore[index]
     assert hits[0].agent == "team"
+
+
+def test_the_readme_langgraph_snippet_runs_against_a_worker(
+    cli_env: WorkerSettings, server: SearchServer, capsys: pytest.CaptureFixture[str]
+) -> None:
+    readme = (EXAMPLE.parents[1] / "README.md").read_text()
+    code = re.search(r"## LangGraph\n.*?```python\n(.*?)```", readme, re.S)
+    assert code is not None
+    exec(compile(code.group(1), "README LangGraph", "exec"), {"__name__": "readme"})
+    assert capsys.readouterr().out == "Ann drinks green tea\n"
