@@ -326,8 +326,17 @@ class Read:
         return bool(self.searches or self.lists)
 
     def touched(self, dirty: list[str]) -> list[str]:
-        """Namespaces to flush first: those of the gets, every dirty one for a search or list."""
-        return [ns for _, ns, _ in self.gets] + (dirty if self.needs_registry else [])
+        """Namespaces to flush first: those of the gets, the dirty ones a search covers, every
+        dirty one for a list_namespaces."""
+        if self.lists:
+            covered = dirty
+        else:
+            covered = [
+                ns
+                for ns in dirty
+                if any(covers(op.namespace_prefix, ns) for _, op in self.searches)
+            ]
+        return [ns for _, ns, _ in self.gets] + covered
 
 
 def plan_reads(ops: Sequence[Op]) -> Read:

@@ -9,6 +9,7 @@ import asyncio
 import json
 import subprocess
 import sys
+import threading
 import time
 from collections.abc import Iterator
 from datetime import UTC, datetime
@@ -647,6 +648,7 @@ def test_organisation_keeps_every_item_merge_supersession_and_insights_included(
 
 BLOCKED_IMPORT = """
 import sys
+import threading
 
 class Block:
     def find_spec(self, name, path=None, target=None):
@@ -668,3 +670,57 @@ def test_producer_stays_light_and_a_missing_extra_names_it():
         [sys.executable, "-c", BLOCKED_IMPORT], capture_output=True, text=True, check=True
     )
     assert "pip install 'zettelq[langgraph]'" in out.stdout
+
+
+def test_labels_with_like_metacharacters_newlines_and_escapes_are_literal(store):
+    for label in ("a%b", "a_b", "axb", "a:25b", "line\n", "line"):
+        store.put((label, "x"), "k", {"label": label})
+    for label in ("a%b", "a_b", "axb", "a:25b", "line\n", "line"):
+        assert [i.value["label"] for i in store.search((label,))] == [label]
+        assert store.get((label, "x"), "k").value == {"label": label}
+    assert ("line\n", "x") in store.list_namespaces(prefix=("line\n",))
+
+
+def test_search_edge_cases(store):
+    store.put(("e",), "k", {"text": "edge"})
+    assert [i.score for i in store.search(("e",), query="")] == [None]
+    assert store.search(("e",), query="edge", offset=5) == []
+    assert store.search(("nothing",), query="edge") == []
+    assert store.search(("e",), query="no word in any note at all")[0].key == "k"
+
+
+def test_read_your_writes_holds_for_each_of_several_threads_sharing_a_store(store):
+    failures: list[str] = []
+
+    def agent(n: int) -> None:
+        for i in range(8):
+            key = f"t{n}-{i}"
+            store.put(("threads",), key, {"n": n, "i": i})
+            item = store.get(("threads",), key)
+            if item is None or item.value != {"n": n, "i": i}:
+                failures.append(key)
+
+    threads = [threading.Thread(target=agent, args=(n,)) for n in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert failures == []
+    assert len(store.search(("threads",), limit=100)) == 32
+
+
+def test_an_update_changes_what_the_item_is_found_by(store):
+    store.put(("v",), "a", {"text": "zebra stripes"})
+    store.put(("v",), "b", {"text": "zebra"})
+    store.put(("v",), "b", {"text": "walrus tusks"})
+    assert store.search(("v",), query="walrus", limit=1)[0].key == "b"
+    assert store.search(("v",), query="zebra", limit=1)[0].key == "a"
+
+
+def test_a_search_flushes_only_the_written_namespaces_it_covers(store, client, settings):
+    store.put(("one",), "k", {"v": 1})
+    store.put(("two",), "k", {"v": 2})
+    assert [i.value for i in store.search(("one",))] == [{"v": 1}]
+    assert store._tracker.dirty() == [encode_namespace(("two",))]
+    assert store.list_namespaces() == [("one",), ("two",)]
+    assert store._tracker.dirty() == []
