@@ -27,7 +27,7 @@ from redis import Redis
 
 from producer import MemoryClient, ProducerSettings
 from producer.adapters.langgraph import ZettelqStore
-from producer.adapters.langgraph_items import encode_namespace
+from producer.adapters.langgraph.mapping import encode_namespace
 
 log = logging.getLogger("bench.langgraph_door")
 

@@ -28,7 +28,7 @@ P:reply:<job_id>               list    one packed Reply, EXPIRE result_ttl_s; th
 P:dead                         stream  dead-lettered jobs: raw payload, reason, source, time
 P:namespaces                   set     every namespace ever written
 P:langgraph:namespaces         set     every namespace a LangGraph ZettelqStore put an item into
-                                       (producer/adapters/langgraph.py); list_namespaces reads it
+                                       (producer/adapters/langgraph/); list_namespaces reads it
 P:organise                     list    packed OrganiseJob requests, served by every worker process
 P:runs                         hash    periodic job name -> JSON of its last beat run (when, how
                                        long, namespaces visited and carried over, work done)

@@ -14,7 +14,7 @@ import pytest
 pytest.importorskip("langgraph.graph", reason="needs the langgraph extra")
 
 from producer import MemoryClient
-from producer.adapters.langgraph_items import encode_namespace
+from producer.adapters.langgraph.mapping import encode_namespace
 from worker.server import SearchServer
 from worker.settings import WorkerSettings
 

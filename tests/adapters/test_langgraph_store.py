@@ -35,7 +35,7 @@ from redis import Redis
 
 from producer import AsyncMemoryClient, InvalidInput, MemoryClient
 from producer.adapters.langgraph import AsyncZettelqStore, ZettelqStore
-from producer.adapters.langgraph_items import (
+from producer.adapters.langgraph.mapping import (
     decode_namespace,
     encode_namespace,
     note_id,

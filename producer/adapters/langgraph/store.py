@@ -1,12 +1,5 @@
-"""LangGraph's long-term memory store on zettelq (extra ``zettelq[langgraph]``).
-
-``ZettelqStore(MemoryClient(...))`` and ``AsyncZettelqStore(AsyncMemoryClient(...))`` are
-``langgraph.store.base.BaseStore`` implementations for ``graph.compile(store=...)``. An item is
-one note: namespace tuple -> zettelq namespace (``encode_namespace``), key -> a stable note id,
-value -> the note's metadata (kept exactly), the text at the index paths -> the note's content.
-The pure mapping is in ``producer.adapters.langgraph_items``; docs/langgraph.md has the whole
-contract (what is supported, consistency, limits).
-"""
+"""The two stores' I/O: queueing a batch's writes, reading note hashes, registry and hits,
+flushing what this store wrote before a read. The decisions are in ``mapping`` and ``query``."""
 
 from __future__ import annotations
 
@@ -14,29 +7,25 @@ import asyncio
 from collections.abc import Iterable, Sequence
 from typing import Any
 
+from langgraph.store.base import BaseStore, Op, PutOp, Result, SearchOp
+from langgraph.store.base.batch import AsyncBatchedBaseStore
 from redis import Redis
 from redis import asyncio as aioredis
 from redis.exceptions import NoScriptError
 
-try:
-    from langgraph.store.base import BaseStore, Op, PutOp, Result, SearchOp
-    from langgraph.store.base.batch import AsyncBatchedBaseStore
-except ImportError as exc:
-    raise ImportError(
-        "the zettelq LangGraph store needs LangGraph: pip install 'zettelq[langgraph]'"
-    ) from exc
-
-from producer.adapters.langgraph_items import (
+from producer.adapters.langgraph.mapping import (
     DEFAULT_FIELDS,
     ID_PREFIX,
     MAX_SEARCH_NAMESPACES,
+    Writes,
+    WriteTracker,
+    covers,
+)
+from producer.adapters.langgraph.query import (
     NOTE_FIELDS,
     Read,
     Row,
-    Writes,
-    WriteTracker,
     check_ops,
-    covers,
     get_result,
     list_result,
     plan_reads,
