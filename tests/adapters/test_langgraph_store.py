@@ -393,9 +393,11 @@ def test_search_over_more_namespaces_than_one_zettelq_search_covers(store):
     assert len(store.search(("many",), limit=50)) == 20
 
 
-def test_insight_and_direct_notes_in_the_namespace_are_not_items(store, client, ctx):
+def test_direct_notes_in_the_namespace_are_not_items_even_with_item_metadata(store, client, ctx):
     store.put(("mixed",), "k", {"text": "kept item about tea"})
     client.store("a plain note about tea", namespace="mixed")
+    forged = {"key": "forged", "value": {"text": "tea"}, "indexed": True, "at": 1.0}
+    client.store("a note posing as an item, tea", namespace="mixed", metadata={"langgraph": forged})
     drain_all(ctx)
     assert [i.key for i in store.search(("mixed",), query="tea")] == ["k"]
     assert [i.key for i in store.search(("mixed",))] == ["k"]

@@ -158,19 +158,29 @@ def plan_reads(ops: Sequence[Op]) -> Read:
 
 
 class Row(NamedTuple):
-    """A note hash read with HMGET NOTE_FIELDS, and its namespace."""
+    """A note hash read with HMGET NOTE_FIELDS, with its namespace and id."""
 
     namespace: str
+    id: str
     fields: list[Any]
 
 
-def entry_of(fields: Sequence[Any]) -> tuple[dict[str, Any], float] | None:
-    """The item entry and creation time of an active item note, else None."""
+def entry_of(
+    namespace: str, nid: str, fields: Sequence[Any]
+) -> tuple[dict[str, Any], float] | None:
+    """The item entry and creation time of an active note, when it is the item its entry
+    names (its id is that key's), else None."""
     status, packed, created = fields
     if status != b"active" or packed is None:
         return None
     entry = msgpack.unpackb(packed, raw=False).get(META)
-    return (entry, float(created)) if isinstance(entry, dict) else None
+    return (entry, float(created)) if is_item(namespace, nid, entry) else None
+
+
+def is_item(namespace: str, nid: str, entry: object) -> bool:
+    """Whether a note's item entry belongs to it: not a note of the namespace's own that
+    merely carries the metadata key."""
+    return isinstance(entry, dict) and note_id(namespace, str(entry.get("key"))) == nid
 
 
 def _time(epoch_s: float) -> datetime:
@@ -190,8 +200,8 @@ def to_item(
     )
 
 
-def get_result(op: GetOp, fields: Sequence[Any]) -> Item | None:
-    found = entry_of(fields)
+def get_result(op: GetOp, namespace: str, nid: str, fields: Sequence[Any]) -> Item | None:
+    found = entry_of(namespace, nid, fields)
     if found is None or found[0].get("key") != op.key:
         return None
     entry, created = found
@@ -214,9 +224,13 @@ def scored_items(op: SearchOp, hits: Sequence[Hit]) -> list[SearchItem]:
     out: dict[tuple[str, str], SearchItem] = {}
     for hit in sorted(hits, key=lambda h: -h.score):
         entry = hit.metadata.get(META)
-        if not isinstance(entry, dict) or not entry.get("indexed"):
+        if not isinstance(entry, dict) or not is_item(hit.namespace, hit.id, entry):
             continue
-        if (hit.namespace, entry["key"]) in out or not matches(entry["value"], op.filter):
+        if (
+            not entry.get("indexed")
+            or (hit.namespace, entry["key"]) in out
+            or not matches(entry["value"], op.filter)
+        ):
             continue
         out[(hit.namespace, entry["key"])] = to_item(
             hit.namespace, entry, hit.created_at, hit.score
@@ -232,7 +246,7 @@ def search_result(
     seen = {(item.namespace, item.key) for item in scored}
     rest: list[SearchItem] = []
     for row in listing:
-        found = entry_of(row.fields)
+        found = entry_of(*row)
         if found is None or not matches(found[0]["value"], op.filter):
             continue
         item = to_item(row.namespace, *found)

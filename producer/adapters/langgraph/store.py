@@ -111,8 +111,8 @@ class ZettelqStore(BaseStore):
             self._tracker.flushed(ns, seen)
         if reads.gets:
             rows = self._rows([(ns, nid) for _, ns, nid in reads.gets])
-            for (i, _, _), row, (_, gop) in zip(reads.gets, rows, reads.get_ops, strict=True):
-                results[i] = get_result(gop, row)
+            for (i, ns, nid), row, (_, gop) in zip(reads.gets, rows, reads.get_ops, strict=True):
+                results[i] = get_result(gop, ns, nid, row)
         for i, op in reads.searches:
             results[i] = self._search(op, names)
         if reads.lists:
@@ -150,7 +150,7 @@ class ZettelqStore(BaseStore):
             ids = pipe.execute()
         refs = [(ns, i.decode()) for ns, got in zip(names, ids, strict=True) for i in got]
         refs = [(ns, nid) for ns, nid in refs if nid.startswith(ID_PREFIX)]
-        return [Row(ns, row) for (ns, _), row in zip(refs, self._rows(refs), strict=True)]
+        return [Row(ns, nid, row) for (ns, nid), row in zip(refs, self._rows(refs), strict=True)]
 
     def _search(self, op: SearchOp, names: list[str]) -> Result:
         wanted = [ns for ns in names if covers(op.namespace_prefix, ns)]
@@ -234,8 +234,8 @@ class AsyncZettelqStore(AsyncBatchedBaseStore):
             self._tracker.flushed(ns, seen)
         if reads.gets:
             rows = await self._rows([(ns, nid) for _, ns, nid in reads.gets])
-            for (i, _, _), row, (_, gop) in zip(reads.gets, rows, reads.get_ops, strict=True):
-                results[i] = get_result(gop, row)
+            for (i, ns, nid), row, (_, gop) in zip(reads.gets, rows, reads.get_ops, strict=True):
+                results[i] = get_result(gop, ns, nid, row)
         for i, op in reads.searches:
             results[i] = await self._search(op, names)
         if reads.lists:
@@ -273,7 +273,7 @@ class AsyncZettelqStore(AsyncBatchedBaseStore):
         refs = [(ns, i.decode()) for ns, got in zip(names, ids, strict=True) for i in got]
         refs = [(ns, nid) for ns, nid in refs if nid.startswith(ID_PREFIX)]
         rows = await self._rows(refs)
-        return [Row(ns, row) for (ns, _), row in zip(refs, rows, strict=True)]
+        return [Row(ns, nid, row) for (ns, nid), row in zip(refs, rows, strict=True)]
 
     async def _search(self, op: SearchOp, names: list[str]) -> Result:
         wanted = [ns for ns in names if covers(op.namespace_prefix, ns)]
