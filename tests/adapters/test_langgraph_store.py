@@ -40,6 +40,7 @@ from producer.adapters.langgraph.mapping import (
     encode_namespace,
     note_id,
 )
+from producer.keys import Keys
 from tests.conftest import drain_all
 from worker import periodic
 from worker.server import SearchServer
@@ -728,3 +729,22 @@ def test_a_search_flushes_only_the_written_namespaces_it_covers(store, client, s
     assert store._tracker.dirty() == [encode_namespace(("two",))]
     assert store.list_namespaces() == [("one",), ("two",)]
     assert store._tracker.dirty() == []
+
+
+def test_async_puts_of_one_tick_are_one_batch_with_the_last_write_winning(settings):
+    monitor = Redis.from_url(settings.redis_url)
+
+    async def scenario(s):
+        await s.aput(("tick",), "warm", {"v": 0})
+        before = monitor.info("commandstats").get("cmdstat_evalsha", {}).get("calls", 0)
+        await asyncio.gather(*(s.aput(("tick",), f"k{i % 5}", {"i": i}) for i in range(20)))
+        return monitor.info("commandstats")["cmdstat_evalsha"]["calls"] - before
+
+    assert run_async(settings, scenario) == 1  # no worker runs: only the store's commands
+    keys = Keys(settings.key_prefix, settings.shard_count)
+    entries = monitor.xrange(keys.inbox(keys.shard_of("tick")))
+    jobs = [msgpack.unpackb(fields[b"j"]) for _, fields in entries]
+    last = {j["metadata"]["langgraph"]["key"]: j["metadata"]["langgraph"]["value"] for j in jobs}
+    assert len(jobs) == 6  # the warm-up put, then one job per key
+    assert last == {"warm": {"v": 0}, **{f"k{i}": {"i": 15 + i} for i in range(5)}}
+    monitor.close()
