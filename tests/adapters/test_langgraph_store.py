@@ -33,7 +33,7 @@ from langgraph.store.base import (
 )
 from redis import Redis
 
-from producer import AsyncMemoryClient, InvalidInput, MemoryClient
+from producer import AsyncMemoryClient, Backpressure, InvalidInput, MemoryClient
 from producer.adapters.langgraph import AsyncZettelqStore, ZettelqStore
 from producer.adapters.langgraph.mapping import (
     decode_namespace,
@@ -41,8 +41,9 @@ from producer.adapters.langgraph.mapping import (
     note_id,
 )
 from producer.keys import Keys
-from tests.conftest import drain_all
+from tests.conftest import drain_all, make_settings
 from worker import periodic
+from worker.context import WorkerContext
 from worker.server import SearchServer
 from worker.settings import WorkerSettings
 
@@ -748,3 +749,28 @@ def test_async_puts_of_one_tick_are_one_batch_with_the_last_write_winning(settin
     assert len(jobs) == 6  # the warm-up put, then one job per key
     assert last == {"warm": {"v": 0}, **{f"k{i}": {"i": 15 + i} for i in range(5)}}
     monitor.close()
+
+
+def test_a_batch_over_a_full_shard_raises_and_the_other_shards_writes_are_still_read(
+    tmp_path, redis_db
+):
+    settings = make_settings(tmp_path, max_pending=2)
+    keys = Keys(settings.key_prefix, settings.shard_count)
+    full, other = (
+        ("full",),
+        next((f"o{i}",) for i in range(100) if keys.shard_of(f"o{i}") != keys.shard_of("full")),
+    )
+    ctx = WorkerContext.build(settings)
+    server = SearchServer(ctx).start()
+    try:
+        with MemoryClient(settings) as client:
+            store = ZettelqStore(client)
+            store.batch([PutOp(full, "a", {"v": 1}), PutOp(full, "b", {"v": 2})])
+            with pytest.raises(Backpressure):
+                store.batch([PutOp(full, "c", {"v": 3}), PutOp(other, "k", {"v": 4})])
+            assert store.get(other, "k").value == {"v": 4}
+            assert store.get(full, "c") is None and store.get(full, "b").value == {"v": 2}
+            store.close()
+    finally:
+        server.stop()
+        ctx.close()

@@ -166,12 +166,15 @@ class WriteTracker:
             self._last_at = max(time.time(), self._last_at + 1e-6)
             return self._last_at
 
-    def written(self, writes: Writes) -> None:
-        """``writes`` reached Redis: their namespaces are dirty and registered."""
+    def written(self, writes: Writes, *, sent: bool) -> None:
+        """A send of ``writes`` is over: their namespaces are dirty (counted only now, so that a
+        flush that sees the count began after the jobs were queued; also when the send failed,
+        since part of it may have been queued), and registered when it succeeded."""
         with self._lock:
             for ns in writes.namespaces:
                 self._written[ns] = self._written.get(ns, 0) + 1
-            self._registered.update(writes.registered)
+            if sent:
+                self._registered.update(writes.registered)
 
     def unregistered(self, namespaces: Iterable[str]) -> list[str]:
         with self._lock:

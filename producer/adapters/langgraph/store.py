@@ -44,6 +44,14 @@ __all__ = ["AsyncZettelqStore", "ZettelqStore"]
 NOTES_ONLY = {"kind": "note"}
 
 
+def raise_first(replies: list[Any]) -> None:
+    """Raise the first error among a pipeline's replies as Redis sent it (the pipeline's own
+    raise prefixes its message, which would hide BACKPRESSURE and NOSCRIPT from the mapping)."""
+    for reply in replies:
+        if isinstance(reply, Exception):
+            raise reply
+
+
 class ZettelqStore(BaseStore):
     """A LangGraph ``BaseStore`` on a ``MemoryClient``: every put is queued fire-and-forget
     (a batch's puts in one round trip), reads see this store's earlier puts. ``abatch`` runs
@@ -90,19 +98,23 @@ class ZettelqStore(BaseStore):
         """One round trip: an EVALSHA of the enqueue script per shard stream, and an SADD of
         the namespaces this store has not registered yet (once more if Redis lost the script)."""
         commands = writes.commands(self._core, self._enqueue.sha, self._tracker)
-        with redis_errors():
-            try:
-                self._send(commands)
-            except NoScriptError:
-                self._redis.script_load(ENQUEUE_LUA)
-                self._send(commands)
-        self._tracker.written(writes)
+        sent = False
+        try:
+            with redis_errors():
+                try:
+                    self._send(commands)
+                except NoScriptError:
+                    self._redis.script_load(ENQUEUE_LUA)
+                    self._send(commands)
+            sent = True
+        finally:
+            self._tracker.written(writes, sent=sent)
 
     def _send(self, commands: list[tuple[object, ...]]) -> None:
         pipe = self._redis.pipeline(transaction=False)
         for command in commands:
             pipe.execute_command(*command)
-        pipe.execute()
+        raise_first(pipe.execute(raise_on_error=False))
 
     def _read(self, reads: Read, results: list[Result]) -> None:
         names = self._registry() if reads.needs_registry else []
@@ -213,19 +225,23 @@ class AsyncZettelqStore(AsyncBatchedBaseStore):
 
     async def _write(self, writes: Writes) -> None:
         commands = writes.commands(self._core, self._enqueue.sha, self._tracker)
-        with redis_errors():
-            try:
-                await self._send(commands)
-            except NoScriptError:
-                await self._redis.script_load(ENQUEUE_LUA)
-                await self._send(commands)
-        self._tracker.written(writes)
+        sent = False
+        try:
+            with redis_errors():
+                try:
+                    await self._send(commands)
+                except NoScriptError:
+                    await self._redis.script_load(ENQUEUE_LUA)
+                    await self._send(commands)
+            sent = True
+        finally:
+            self._tracker.written(writes, sent=sent)
 
     async def _send(self, commands: list[tuple[object, ...]]) -> None:
         pipe = self._redis.pipeline(transaction=False)
         for command in commands:
             pipe.execute_command(*command)
-        await pipe.execute()
+        raise_first(await pipe.execute(raise_on_error=False))
 
     async def _read(self, reads: Read, results: list[Result]) -> None:
         names = await self._registry() if reads.needs_registry else []
