@@ -173,20 +173,39 @@ def test_an_async_state_graph_on_the_async_store(settings, server):
     assert run_async(settings, scenario)["recalled"] == "Bo likes chess"
 
 
+def check_langmem_found(found: list[dict[str, object]], memory_id: str) -> None:
+    assert found[0]["key"] == memory_id and found[0]["namespace"] == ["memories", "team"]
+    assert found[0]["value"] == {"content": "Ann prefers oolong tea"}
+    assert found[0]["score"] is not None
+    assert len(found) == 2
+
+
 def test_langmem_manage_then_search_round_trip(store):
     langmem = pytest.importorskip("langmem", reason="langmem is optional (not in the dev extra)")
-    ns = ("memories", "team")
-    manage = langmem.create_manage_memory_tool(ns, store=store)
-    search = langmem.create_search_memory_tool(ns, store=store)
+    manage = langmem.create_manage_memory_tool(("memories", "team"), store=store)
+    search = langmem.create_search_memory_tool(("memories", "team"), store=store)
     created = manage.invoke({"content": "Ann prefers green tea", "action": "create"})
     memory_id = created.rsplit(" ", 1)[1]
     manage.invoke({"content": "Ann prefers oolong tea", "action": "update", "id": memory_id})
     manage.invoke({"content": "Bo plays chess", "action": "create"})
-    found = json.loads(search.invoke({"query": "tea", "limit": 5}))
-    assert found[0]["key"] == memory_id and found[0]["namespace"] == list(ns)
-    assert found[0]["value"] == {"content": "Ann prefers oolong tea"}
-    assert found[0]["score"] is not None
-    assert len(found) == 2
+    check_langmem_found(json.loads(search.invoke({"query": "tea", "limit": 5})), memory_id)
+
+
+def test_langmem_async_tools_on_the_async_store(settings, server):
+    langmem = pytest.importorskip("langmem", reason="langmem is optional (not in the dev extra)")
+
+    async def scenario(s):
+        manage = langmem.create_manage_memory_tool(("memories", "team"), store=s)
+        search = langmem.create_search_memory_tool(("memories", "team"), store=s)
+        created = await manage.ainvoke({"content": "Ann prefers green tea", "action": "create"})
+        memory_id = created.rsplit(" ", 1)[1]
+        update = {"content": "Ann prefers oolong tea", "action": "update", "id": memory_id}
+        await manage.ainvoke(update)
+        await manage.ainvoke({"content": "Bo plays chess", "action": "create"})
+        return memory_id, json.loads(await search.ainvoke({"query": "tea", "limit": 5}))
+
+    memory_id, found = run_async(settings, scenario)
+    check_langmem_found(found, memory_id)
 
 
 def test_async_puts_of_one_tick_are_one_batch_with_the_last_write_winning(settings):
