@@ -50,6 +50,14 @@ def store(server: SearchServer, client: MemoryClient) -> Iterator[ZettelqStore]:
     s.close()
 
 
+@pytest.fixture
+def idle_store(client: MemoryClient) -> Iterator[ZettelqStore]:
+    """A store with no worker: for what must be refused before anything reaches Redis."""
+    s = ZettelqStore(client)
+    yield s
+    s.close()
+
+
 # --- the mapping ------------------------------------------------------------------------------
 
 
@@ -78,30 +86,34 @@ def test_distinct_namespaces_and_keys_get_distinct_stable_ids():
     assert len({note_id("a.b", "k"), note_id("a", "b.k"), note_id("a.b", "k2")}) == 3
 
 
-def test_a_namespace_too_long_to_encode_is_refused_with_a_clear_error(store):
+def test_a_namespace_too_long_to_encode_is_refused_with_a_clear_error(idle_store):
     with pytest.raises(InvalidInput, match="limit is 128"):
-        store.put(("ü" * 30,), "k", {"a": 1})
-    assert store.get(("ü" * 30,), "k") is None
+        idle_store.put(("ü" * 30,), "k", {"a": 1})
+    assert idle_store.get(("ü" * 30,), "k") is None
 
 
 @pytest.mark.parametrize("namespace", [(), ("langgraph", "x"), ("a.b",), ("",), ("a\x00",)])
-def test_put_refuses_the_namespaces_langgraph_refuses(store, namespace):
+def test_put_refuses_the_namespaces_langgraph_refuses(idle_store, namespace):
     with pytest.raises(InvalidNamespaceError):
-        store.put(namespace, "k", {"a": 1})
+        idle_store.put(namespace, "k", {"a": 1})
 
 
-def test_batch_ops_are_checked_before_anything_is_written(store, client, settings):
+def test_batch_ops_are_checked_before_anything_is_written(idle_store, client, redis_db):
     with pytest.raises(InvalidNamespaceError):
-        store.batch([PutOp(("ok",), "k", {"a": 1}), PutOp(("bad.label",), "k", {"a": 1})])
-    assert store.search(("ok",)) == []
+        idle_store.batch([PutOp(("ok",), "k", {"a": 1}), PutOp(("bad.label",), "k", {"a": 1})])
+    with pytest.raises(InvalidInput):
+        idle_store.batch([PutOp(("ok",), "k", {"a": 1}), PutOp(("ok",), "j", {"x": {1, 2}})])
+    keys = client.keys
+    assert redis_db.xlen(keys.inbox(keys.shard_of("ok"))) == 0
+    assert not redis_db.exists(keys.langgraph_namespaces())
 
 
-def test_ttl_is_not_supported(store):
-    assert store.supports_ttl is False
+def test_ttl_is_not_supported(idle_store):
+    assert idle_store.supports_ttl is False
     with pytest.raises(NotImplementedError):
-        store.put(("a",), "k", {"a": 1}, ttl=5)
+        idle_store.put(("a",), "k", {"a": 1}, ttl=5)
     with pytest.raises(NotImplementedError):
-        store.batch([PutOp(("a",), "k", {"a": 1}, ttl=5.0)])
+        idle_store.batch([PutOp(("a",), "k", {"a": 1}, ttl=5.0)])
 
 
 # --- put / get / delete -----------------------------------------------------------------------
@@ -149,11 +161,11 @@ def test_delete_and_put_of_none_remove_the_item(store):
     assert store.get(ns, "a").value == {"x": 3}
 
 
-def test_a_value_that_is_not_json_is_refused(store):
+def test_a_value_that_is_not_json_is_refused(idle_store):
     with pytest.raises(InvalidInput, match="JSON"):
-        store.put(("a",), "k", {"when": datetime.now(UTC)})
+        idle_store.put(("a",), "k", {"when": datetime.now(UTC)})
     with pytest.raises(InvalidInput, match="JSON"):
-        store.put(("a",), "k", {"x": float("nan")})
+        idle_store.put(("a",), "k", {"x": float("nan")})
 
 
 def test_another_store_sees_the_writes_once_organised(store, settings, ctx):
