@@ -16,6 +16,7 @@ from datetime import UTC, datetime
 
 import msgpack
 import pytest
+from pydantic import SecretStr
 
 pytest.importorskip("langgraph.store.base", reason="needs the langgraph extra")
 
@@ -370,6 +371,26 @@ def test_a_batch_over_a_full_shard_raises_and_the_other_shards_writes_are_still_
             assert store.get(other, "k").value == {"v": 4}
             assert store.get(full, "c") is None and store.get(full, "b").value == {"v": 2}
             store.close()
+    finally:
+        server.stop()
+        ctx.close()
+
+
+def test_a_store_holding_namespace_keys_sees_only_those_namespaces(tmp_path, redis_db):
+    settings = make_settings(tmp_path)
+    keyed = settings.model_copy(update={"namespace_keys": {"tenant-a.notes": SecretStr("s")}})
+    ctx = WorkerContext.build(settings)
+    server = SearchServer(ctx).start()
+    try:
+        with MemoryClient(settings) as open_client, MemoryClient(keyed) as tenant_client:
+            everyone, tenant = ZettelqStore(open_client), ZettelqStore(tenant_client)
+            tenant.put(("tenant-a", "notes"), "k", {"text": "tea with a"})
+            everyone.put(("tenant-b", "notes"), "k", {"text": "tea with b"})
+            assert tenant.list_namespaces() == [("tenant-a", "notes")]  # flushes its write
+            assert everyone.list_namespaces() == [("tenant-a", "notes"), ("tenant-b", "notes")]
+            assert [i.namespace for i in tenant.search((), query="tea")] == [("tenant-a", "notes")]
+            everyone.close()
+            tenant.close()
     finally:
         server.stop()
         ctx.close()

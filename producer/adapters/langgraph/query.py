@@ -142,6 +142,14 @@ class Read:
         return [ns for _, ns, _ in self.gets] + covered
 
 
+def visible(names: Iterable[bytes], keys: Mapping[str, str]) -> list[str]:
+    """The registered namespaces this producer may read, sorted: all of them, or, when it
+    holds namespace keys (signatures on), only those it holds a key for, so that a tenant's
+    store neither lists nor searches another tenant's namespaces."""
+    decoded = (name.decode() for name in names)
+    return sorted(ns for ns in decoded if not keys or ns in keys)
+
+
 def plan_reads(ops: Sequence[Op]) -> Read:
     reads = Read()
     for i, op in enumerate(ops):

@@ -32,6 +32,7 @@ from producer.adapters.langgraph.query import (
     scored_items,
     search_k,
     search_result,
+    visible,
 )
 from producer.async_client import AsyncMemoryClient
 from producer.client import MemoryClient
@@ -135,7 +136,7 @@ class ZettelqStore(BaseStore):
     def _registry(self) -> list[str]:
         with redis_errors():
             members = self._redis.smembers(self._core.keys.langgraph_namespaces())
-        return sorted(m.decode() for m in members)
+        return visible(members, self._core.signing_keys)
 
     def _live(self, names: list[str]) -> list[str]:
         """The registered namespaces that hold at least one active note."""
@@ -262,7 +263,7 @@ class AsyncZettelqStore(AsyncBatchedBaseStore):
     async def _registry(self) -> list[str]:
         with redis_errors():
             members = await self._redis.smembers(self._core.keys.langgraph_namespaces())
-        return sorted(m.decode() for m in members)
+        return visible(members, self._core.signing_keys)
 
     async def _live(self, names: list[str]) -> list[str]:
         with redis_errors():
