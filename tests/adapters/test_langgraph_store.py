@@ -37,6 +37,7 @@ from producer.adapters.langgraph.mapping import (
     encode_namespace,
     note_id,
 )
+from producer.adapters.langgraph.query import plan_reads
 from producer.keys import Keys
 from tests.conftest import drain_all, make_settings
 from worker import periodic
@@ -342,13 +343,19 @@ def test_read_your_writes_holds_for_each_of_several_threads_sharing_a_store(stor
     assert len(store.search(("threads",), limit=100)) == 32
 
 
-def test_a_search_flushes_only_the_written_namespaces_it_covers(store, client, settings):
+def test_a_read_flushes_the_gets_namespaces_the_dirty_ones_a_search_covers_or_all_for_a_list():
+    dirty = ["one", "one.sub", "two"]
+    get = GetOp(("three",), "k")
+    assert plan_reads([get]).touched(dirty) == ["three"]
+    assert plan_reads([get, SearchOp(("one",))]).touched(dirty) == ["three", "one", "one.sub"]
+    assert plan_reads([SearchOp(("one",)), ListNamespacesOp()]).touched(dirty) == dirty
+
+
+def test_a_search_sees_its_own_writes_and_a_list_all_of_them(store):
     store.put(("one",), "k", {"v": 1})
     store.put(("two",), "k", {"v": 2})
     assert [i.value for i in store.search(("one",))] == [{"v": 1}]
-    assert store._tracker.dirty() == [encode_namespace(("two",))]
     assert store.list_namespaces() == [("one",), ("two",)]
-    assert store._tracker.dirty() == []
 
 
 def test_a_batch_over_a_full_shard_raises_and_the_other_shards_writes_are_still_read(
