@@ -27,6 +27,8 @@ P:processes                    zset    consumer -> when its process hash expires
 P:reply:<job_id>               list    one packed Reply, EXPIRE result_ttl_s; the caller BLPOPs it
 P:dead                         stream  dead-lettered jobs: raw payload, reason, source, time
 P:namespaces                   set     every namespace ever written
+P:langgraph:namespaces         set     every namespace a LangGraph ZettelqStore put an item into
+                                       (producer/adapters/langgraph/); list_namespaces reads it
 P:organise                     list    packed OrganiseJob requests, served by every worker process
 P:runs                         hash    periodic job name -> JSON of its last beat run (when, how
                                        long, namespaces visited and carried over, work done)
@@ -144,6 +146,9 @@ class Keys:
 
     def namespaces(self) -> str:
         return f"{self.prefix}:namespaces"
+
+    def langgraph_namespaces(self) -> str:
+        return f"{self.prefix}:langgraph:namespaces"
 
     def organise_queue(self) -> str:
         return f"{self.prefix}:organise"
