@@ -18,6 +18,8 @@ zettelq proposals list|accept|reject|revert [ID]   review evolution proposals
 zettelq migrate             convert links stored before 2026-12-01 (every worker stopped)
 zettelq check [-n NS|--all] check that notes and links are consistent (exit 1 if not)
 zettelq health [--role R] [--host H]   exit 0 when a matching process is alive (healthchecks)
+zettelq graph NS --html PATH            one offline page of the notes and links (or --graphml PATH,
+                                        --cytoscape-json PATH)
 
 Results print as a table, or with --json as one JSON object per line. An error is one line on
 stderr (``zettelq: error: ...``) with exit code 1, or 2 for bad usage, input or settings (see
@@ -41,6 +43,7 @@ from importlib.metadata import PackageNotFoundError, version
 from producer.core import redis_errors
 from worker import commands, health, operations
 from worker.console import Handler
+from worker.explorer import command as graph_command
 from worker.failure import EXIT_BROKEN_PIPE, EXIT_INTERRUPTED, describe
 from worker.settings import WorkerSettings, warn_unknown_variables
 
@@ -55,7 +58,7 @@ TRUE = frozenset({"1", "true", "yes", "on"})
 #: the -W filter that silences Celery's warning about a worker running as root
 ROOT_WARNING = "ignore:You're running the worker with superuser privileges"
 #: modules whose add_commands(sub) adds their subcommands and returns their handlers by name
-COMMAND_MODULES = (commands, operations, health)
+COMMAND_MODULES = (commands, operations, health, graph_command)
 
 
 def main(argv: Sequence[str] | None = None) -> int:
