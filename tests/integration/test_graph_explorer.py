@@ -92,7 +92,7 @@ def test_a_seed_shows_the_notes_within_its_hops(gctx, mem, st, story):
     assert two == one.union(*(neighbours(gctx, n) for n in one))
 
     capped = view_of(mem, st, seed=svelte, hops=2, max_nodes=2)
-    assert [n["id"] for n in capped.nodes][0] == svelte and len(capped.nodes) == 2
+    assert capped.nodes[0]["id"] == svelte and len(capped.nodes) == 2
 
 
 def test_an_unknown_seed_is_not_found(mem, st, story):
