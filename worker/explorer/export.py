@@ -12,9 +12,9 @@ from __future__ import annotations
 
 import json
 import re
-import xml.etree.ElementTree as ET
 from collections.abc import Mapping
 from typing import Any
+from xml.sax.saxutils import escape, quoteattr
 
 from worker.explorer.view import GraphView
 
@@ -60,32 +60,36 @@ XML_ILLEGAL = re.compile("[^\t\n\r\x20-\ud7ff\ue000-\ufffd\U00010000-\U0010ffff]
 
 def to_graphml(view: GraphView) -> str:
     """``view`` as a GraphML document."""
-    root = ET.Element("graphml", {"xmlns": GRAPHML_NS})
+    out = ['<?xml version="1.0" encoding="UTF-8"?>', f'<graphml xmlns="{GRAPHML_NS}">']
     for kind, types in (("node", NODE_TYPES), ("edge", EDGE_TYPES)):
-        for name, type_ in types.items():
-            key = {"id": f"{kind[0]}_{name}", "for": kind, "attr.name": name, "attr.type": type_}
-            ET.SubElement(root, "key", key)
-    graph = ET.SubElement(root, "graph", {"id": _xml_text(view.namespace)})
-    graph.set("edgedefault", "undirected")
+        out += [
+            f'<key id="{kind[0]}_{name}" for="{kind}" attr.name="{name}" attr.type="{type_}"/>'
+            for name, type_ in types.items()
+        ]
+    out.append(f'<graph id={_attr(view.namespace)} edgedefault="undirected">')
     for node in view.nodes:
-        element = ET.SubElement(graph, "node", {"id": _xml_text(node["id"])})
-        _add_data(element, "n", {**node, "styles": " ".join(node["styles"])})
+        out.append(f"<node id={_attr(node['id'])}>")
+        out += _data("n", NODE_TYPES, {**node, "styles": " ".join(node["styles"])})
+        out.append("</node>")
     for edge in view.edges:
-        ends = {"id": edge["id"], "source": edge["source"], "target": edge["target"]}
-        element = ET.SubElement(graph, "edge", {k: _xml_text(v) for k, v in ends.items()})
-        _add_data(element, "e", edge)
-    body = ET.tostring(root, encoding="unicode")
-    return '<?xml version="1.0" encoding="UTF-8"?>\n' + body + "\n"
+        ends = (_attr(edge[k]) for k in ("id", "source", "target"))
+        out.append("<edge id={} source={} target={}>".format(*ends))
+        out += _data("e", EDGE_TYPES, edge)
+        out.append("</edge>")
+    out += ["</graph>", "</graphml>", ""]
+    return "\n".join(out)
 
 
-def _add_data(element: ET.Element, prefix: str, fields: Mapping[str, Any]) -> None:
-    types = NODE_TYPES if prefix == "n" else EDGE_TYPES
-    for name, type_ in types.items():
-        value = fields.get(name)
-        if value is None:
-            continue
-        data = ET.SubElement(element, "data", {"key": f"{prefix}_{name}"})
-        data.text = _scalar(value, type_)
+def _data(prefix: str, types: Mapping[str, str], fields: Mapping[str, Any]) -> list[str]:
+    return [
+        f'<data key="{prefix}_{name}">{escape(_scalar(fields[name], type_))}</data>'
+        for name, type_ in types.items()
+        if fields.get(name) is not None
+    ]
+
+
+def _attr(text: str) -> str:
+    return quoteattr(_xml_text(text))
 
 
 def _scalar(value: Any, type_: str) -> str:

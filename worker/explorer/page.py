@@ -24,7 +24,7 @@ from worker.explorer.view import GraphView
 VENDOR_SCRIPTS = ("cytoscape.min.js", "layout-base.js", "cose-base.js", "cytoscape-fcose.js")
 #: characters escaped in the embedded JSON: none of them can end the script element or start
 #: markup, and the line separators stay valid in any JavaScript
-JSON_ESCAPES: dict[str | int, str | int | None] = {
+JSON_ESCAPES = {
     "<": "\\u003c",
     ">": "\\u003e",
     "&": "\\u0026",
@@ -42,7 +42,9 @@ def asset(name: str) -> str:
 def json_for_script(data: Any) -> str:
     """``data`` as JSON that is safe inside a ``<script type="application/json">`` element."""
     text = json.dumps(data, ensure_ascii=False, separators=(",", ":"), allow_nan=False)
-    return text.translate(str.maketrans(JSON_ESCAPES))
+    for char, escaped in JSON_ESCAPES.items():
+        text = text.replace(char, escaped)
+    return text
 
 
 def page_data(view: GraphView) -> dict[str, Any]:

@@ -18,6 +18,7 @@ edge per linked pair of shown notes, with the metadata stored at the end shown f
 from __future__ import annotations
 
 import logging
+import math
 import time
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
@@ -181,18 +182,19 @@ def edges_of(links: Mapping[str, Mapping[str, bytes]]) -> list[dict[str, Any]]:
                 continue
             seen.add((nid, nb))
             weight, meta = unpack_link(raw)
-            edge = {
+            at = meta.get("at")
+            edge: dict[str, Any] = {
                 "id": f"e{len(edges)}",
                 "source": nid,
                 "target": nb,
-                "weight": weight,
+                "weight": weight if math.isfinite(weight) else 0.0,
                 "label": str(meta.get("label") or "related"),
                 "reason": str(meta.get("reason", "")),
                 "provenance": str(meta.get("source", "")),
-                "at": meta.get("at"),
+                "at": _time(at) if isinstance(at, float | int) else None,
             }
-            edge["style"] = edge_style(str(edge["label"]), str(edge["reason"]))
-            edges.append(readable(edge))
+            edge["style"] = edge_style(edge["label"], edge["reason"])
+            edges.append(edge)
     return edges
 
 
@@ -220,20 +222,44 @@ def styles_of(note: Note) -> list[str]:
 
 
 def node_of(note: Note, raw: Fields, degree: int, history: list[dict[str, Any]]) -> dict[str, Any]:
-    """A node: the note's fields, label, styles, link count and audit history, as plain JSON."""
+    """A node: the note's fields, label, styles, link count and audit history, as plain JSON
+    (times as ISO 8601, or None for none and for times no date can show)."""
     part_of = note.metadata.get(PART_OF)
-    updated = raw.get(b"updated_at")
-    node = {
+    return {
         "id": note.id,
         "label": _label(note.content),
+        "kind": note.kind,
         "styles": styles_of(note),
-        "degree": degree,
-        "updated_at": _number(updated),
+        "content": note.content,
+        "tags": note.tags,
+        "keywords": note.keywords,
+        "context": note.context,
+        "metadata": readable(note.metadata),
+        "agent": note.agent,
+        "created_at": _time(note.created_at),
+        "updated_at": _time(_number(raw.get(b"updated_at"))),
+        "event_time": _time(note.event_time),
+        "valid_to": _time(note.valid_to),
+        "last_access": _time(note.last_access),
+        "importance": note.importance if math.isfinite(note.importance) else None,
+        "access_count": note.access_count,
+        "version": note.version,
+        "embedder": note.embedder,
+        "superseded_by": note.superseded_by,
         "part_of": part_of if isinstance(part_of, str) else None,
+        "merged_from": note.merged_from,
+        "degree": degree,
         "audit": history,
-        **note.model_dump(exclude={"links", "link_labels", "namespace", "status", "seq"}),
     }
-    return readable(node)
+
+
+def _time(value: float | None) -> str | None:
+    if value is None or not value > 0:  # none, 0 (never) or NaN
+        return None
+    try:
+        return iso_time(value)
+    except (OverflowError, ValueError, OSError):
+        return None
 
 
 def _label(content: str) -> str:
@@ -273,7 +299,7 @@ def audit_entry(entry: Mapping[bytes, bytes]) -> dict[str, Any]:
         return entry.get(name, b"").decode("utf-8", "replace")
 
     return {
-        "at": _number(entry.get(b"ts")),
+        "at": _time(_number(entry.get(b"ts"))),
         "op": text(b"op"),
         "actor": text(b"actor"),
         "source": text(b"source"),

@@ -15,7 +15,8 @@
     link: "#b8c4d0", sequence: "#999999", supersession: "#e15759", abstraction: "#f28e2b",
     part: "#59a14f", contradiction: "#b07aa1"
   };
-  var BIG = 1500; // above this many nodes: a faster layout and straight edges
+  var FINE = 300; // up to this many nodes, fCoSE's full layout; above, its fast draft
+  var BIG = 1500; // above this many nodes: straight edges, no labels while panning
 
   function el(tag, text, cls) {
     var e = document.createElement(tag);
@@ -40,9 +41,10 @@
 
   function styles() {
     var big = data.nodes.length > BIG;
+    var crowded = data.nodes.length > FINE; // labels only once zoomed in
     var s = [
       { selector: "node", style: {
-        "label": "data(label)", "font-size": 8, "min-zoomed-font-size": 7,
+        "label": "data(label)", "font-size": 8, "min-zoomed-font-size": crowded ? 16 : 7,
         "text-valign": "bottom", "text-margin-y": 2, "color": "#333",
         "width": function (n) { return 12 + 3 * Math.sqrt(n.data("degree")); },
         "height": function (n) { return 12 + 3 * Math.sqrt(n.data("degree")); },
@@ -75,9 +77,9 @@
 
   function layout() {
     var n = data.nodes.length;
-    return { name: "fcose", quality: n > BIG ? "draft" : "default", randomize: true,
-      animate: false, fit: true, padding: 20, nodeDimensionsIncludeLabels: n <= BIG,
-      idealEdgeLength: 80, nodeRepulsion: 9000, numIter: n > BIG ? 600 : 2500 };
+    return { name: "fcose", quality: n > FINE ? "draft" : "default", randomize: true,
+      animate: false, fit: true, padding: 20, nodeDimensionsIncludeLabels: n <= FINE,
+      idealEdgeLength: 80, nodeRepulsion: 9000, numIter: 2500 };
   }
 
   function row(table, name, value) {
