@@ -14,7 +14,7 @@ import pytest
 
 from producer import MemoryClient, NotFound
 from producer.protocol import Note
-from tests.conftest import make_settings
+from tests.conftest import drain_all, make_settings
 from tests.integration.graph_story import CONTROL, NS, REACT, SVELTE, XSS, Story, store_story
 from worker import cli
 from worker.context import WorkerContext
@@ -93,6 +93,16 @@ def test_a_seed_shows_the_notes_within_its_hops(gctx, mem, st, story):
 
     capped = view_of(mem, st, seed=svelte, hops=2, max_nodes=2)
     assert capped.nodes[0]["id"] == svelte and len(capped.nodes) == 2
+
+
+def test_a_view_never_shows_another_namespace(gctx, mem, st, story):
+    (other,) = mem.store_many([SVELTE], namespace="elsewhere")
+    drain_all(gctx)
+    assert other not in {n["id"] for n in view_of(mem, st).nodes}
+    view = read_view(st, "elsewhere", select(mem, st, "elsewhere"))
+    assert [n["id"] for n in view.nodes] == [other] and view.edges == []
+    with pytest.raises(NotFound):
+        select(mem, st, "elsewhere", seed=story.ids[SVELTE])
 
 
 def test_an_unknown_seed_is_not_found(mem, st, story):

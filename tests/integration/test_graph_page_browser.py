@@ -1,7 +1,8 @@
 """The graph page in a real headless Chromium (Debian's chromium, driven by Playwright): it draws
 every node, the search box highlights the matching notes, a note holding a script tag shows as
-text and runs nothing, and the page loads nothing from the network. Set ZQ_TEST_SCREENSHOT to a
-path to keep a screenshot of the page (docs/graph-explorer.png is one)."""
+text and runs nothing, the page loads nothing from the network, and an empty namespace draws an
+empty graph. Set ZQ_TEST_SCREENSHOT to a path to keep a screenshot of the page
+(docs/graph-explorer.png is one)."""
 
 from __future__ import annotations
 
@@ -43,11 +44,13 @@ def page_file(redis_db, tmp_path) -> Iterator[tuple[Path, dict[str, str], int, i
             story = store_story(ctx, mem)
             st = Streams(ctx.redis, ctx.keys)
             view = read_view(st, NS, select(mem, st, NS))
+            empty = read_view(st, "nothing", select(mem, st, "nothing"))
     finally:
         srv.stop()
         ctx.close()
     path = tmp_path / "graph.html"
     path.write_text(render_page(view), encoding="utf-8")
+    (tmp_path / "empty.html").write_text(render_page(empty), encoding="utf-8")
     yield path, story.ids, len(view.nodes), len(view.edges)
 
 
@@ -93,6 +96,9 @@ def test_the_page_draws_every_note_highlights_matches_and_keeps_hostile_text_as_
     shot = page.screenshot()
     assert dialogs == [] and errors == []
     assert requests == [path.as_uri()]  # the page itself, nothing else
+    page.goto((path.parent / "empty.html").as_uri())  # an empty namespace draws an empty graph
+    page.wait_for_selector("body[data-zq-ready='1']", timeout=READY_MS)
+    assert page.text_content("#zq-summary").startswith("0 of 0 notes, 0 links")
     keep = os.environ.get("ZQ_TEST_SCREENSHOT")
     if keep:
         Path(keep).write_bytes(shot)
