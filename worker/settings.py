@@ -14,7 +14,7 @@ from producer.settings import ProducerSettings, unknown_variables
 log = logging.getLogger(__name__)
 
 #: ZQ_ variables read outside the settings classes: by the CLI and by the test suite
-OTHER_VARIABLES = frozenset({"ZQ_DEBUG", "ZQ_TEST_REDIS_URL"})
+OTHER_VARIABLES = frozenset({"ZQ_DEBUG", "ZQ_TEST_REDIS_URL", "ZQ_TEST_SCREENSHOT"})
 
 _warned: set[str] = set()  #: unknown-variable warnings this process has given
 
