@@ -12,6 +12,7 @@ from redis import asyncio as aioredis
 from redis.exceptions import ResponseError
 
 from producer import proposals as rv
+from producer import tracing
 from producer import validation as v
 from producer.client import WAIT_SLICE_S, blpop_timeout
 from producer.core import (
@@ -66,21 +67,24 @@ class AsyncMemoryClient:
         unknown = set(fields) - STORE_FIELDS
         if unknown:
             raise InvalidInput(f"unknown store() arguments {sorted(unknown)}")
-        note_id, payload = self._core.store_payload(content, ns, **fields)
-        await self._send(ns, [payload])
+        with tracing.span("zettelq store", "PRODUCER", ns):
+            note_id, payload = self._core.store_payload(content, ns, **fields)
+            await self._send(ns, [payload])
         return note_id
 
     async def store_many(
         self, items: Sequence[str | Mapping[str, Any]], *, namespace: str | None = None
     ) -> list[str]:
         ns = self._core.namespace(namespace)
-        ids, payloads = self._core.store_many_payloads(items, ns)
-        await self._send(ns, payloads)
+        with tracing.span("zettelq store_many", "PRODUCER", ns):
+            ids, payloads = self._core.store_many_payloads(items, ns)
+            await self._send(ns, payloads)
         return ids
 
     async def delete(self, note_id: str, *, namespace: str | None = None) -> None:
         ns = self._core.namespace(namespace)
-        await self._send(ns, [self._core.delete_payload(note_id, ns)])
+        with tracing.span("zettelq delete", "PRODUCER", ns):
+            await self._send(ns, [self._core.delete_payload(note_id, ns)])
 
     async def _send(self, ns: str, payloads: list[bytes]) -> None:
         inbox = self.keys.inbox(self.keys.shard_of(ns))
@@ -107,9 +111,10 @@ class AsyncMemoryClient:
         await self._ask("flush", namespace, timeout_s=timeout_s)
 
     async def _ask(self, kind: str, namespace: Namespaces | None, **fields: Any) -> Reply:
-        job = self._core.search_job(kind, namespace, **fields)
-        queue = self.keys.search_queue_of(job.namespaces)
-        return self._core.parse_reply(await self._request(queue, job), job)
+        with tracing.span(f"zettelq {kind}", "CLIENT"):
+            job = self._core.search_job(kind, namespace, **fields)
+            queue = self.keys.search_queue_of(job.namespaces)
+            return self._core.parse_reply(await self._request(queue, job), job)
 
     async def _request(self, queue: str, job: SearchJob | OrganiseJob) -> Any:
         reply_key = self.keys.reply(job.job_id)

@@ -16,6 +16,7 @@ from redis import Redis
 from redis.exceptions import ResponseError
 
 from producer import proposals as rv
+from producer import tracing
 from producer import validation as v
 from producer.core import (
     ENQUEUE_LUA,
@@ -76,8 +77,9 @@ class MemoryClient:
         unknown = set(fields) - STORE_FIELDS
         if unknown:
             raise InvalidInput(f"unknown store() arguments {sorted(unknown)}")
-        note_id, payload = self._core.store_payload(content, ns, **fields)
-        self._send(ns, [payload])
+        with tracing.span("zettelq store", "PRODUCER", ns):
+            note_id, payload = self._core.store_payload(content, ns, **fields)
+            self._send(ns, [payload])
         return note_id
 
     def store_many(
@@ -85,14 +87,16 @@ class MemoryClient:
     ) -> list[str]:
         """Queue many notes of one namespace in one round trip; return their ids in order."""
         ns = self._core.namespace(namespace)
-        ids, payloads = self._core.store_many_payloads(items, ns)
-        self._send(ns, payloads)
+        with tracing.span("zettelq store_many", "PRODUCER", ns):
+            ids, payloads = self._core.store_many_payloads(items, ns)
+            self._send(ns, payloads)
         return ids
 
     def delete(self, note_id: str, *, namespace: str | None = None) -> None:
         """Queue the deletion of a note (applied in order after earlier stores)."""
         ns = self._core.namespace(namespace)
-        self._send(ns, [self._core.delete_payload(note_id, ns)])
+        with tracing.span("zettelq delete", "PRODUCER", ns):
+            self._send(ns, [self._core.delete_payload(note_id, ns)])
 
     def _send(self, ns: str, payloads: list[bytes]) -> None:
         inbox = self.keys.inbox(self.keys.shard_of(ns))
@@ -124,9 +128,10 @@ class MemoryClient:
         self._ask("flush", namespace, timeout_s=timeout_s)
 
     def _ask(self, kind: str, namespace: Namespaces | None, **fields: Any) -> Reply:
-        job = self._core.search_job(kind, namespace, **fields)
-        queue = self.keys.search_queue_of(job.namespaces)
-        return self._core.parse_reply(self._request(queue, job), job)
+        with tracing.span(f"zettelq {kind}", "CLIENT"):
+            job = self._core.search_job(kind, namespace, **fields)
+            queue = self.keys.search_queue_of(job.namespaces)
+            return self._core.parse_reply(self._request(queue, job), job)
 
     def _request(self, queue: str, job: SearchJob | OrganiseJob) -> Any:
         """Queue ``job`` and wait for its reply until its deadline (None when none came)."""

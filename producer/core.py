@@ -22,7 +22,7 @@ from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 from redis.retry import Retry
 
-from producer import signing
+from producer import signing, tracing
 from producer import validation as v
 from producer.errors import (
     AccessDenied,
@@ -163,6 +163,9 @@ class ClientCore:
             "importance": v.check_unit_float(fields.get("importance"), "importance"),
             "created_at": time.time(),
         }
+        parent = tracing.traceparent()
+        if parent is not None:
+            job["tp"] = parent
         return note_id, pack(self.signed(job, [namespace]))
 
     def store_many_payloads(
@@ -187,7 +190,9 @@ class ClientCore:
         return ids, payloads
 
     def delete_payload(self, note_id: str, namespace: str) -> bytes:
-        job = DeleteJob(id=v.check_id(note_id), ns=namespace, created_at=time.time())
+        job = DeleteJob(
+            id=v.check_id(note_id), ns=namespace, created_at=time.time(), tp=tracing.traceparent()
+        )
         return pack(self.signed(job.model_dump(), [namespace]))
 
     def search_job(self, kind: str, namespace: Namespaces | None, **fields: Any) -> SearchJob:
@@ -223,6 +228,7 @@ class ClientCore:
                 v.MAX_CONTEXT_TOKENS,
             ),
             deadline=time.time() + timeout_s,
+            tp=tracing.traceparent(),
         )
         if not self.signing_keys:
             return job

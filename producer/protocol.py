@@ -51,6 +51,7 @@ class StoreJob(_Wire):
     importance: float | None = None
     created_at: float
     sig: str | None = None
+    tp: str | None = None  #: W3C traceparent of the producer's span (producer/tracing.py)
 
 
 class DeleteJob(_Wire):
@@ -62,6 +63,7 @@ class DeleteJob(_Wire):
     agent: str | None = None
     created_at: float
     sig: str | None = None
+    tp: str | None = None
 
 
 class SearchJob(_Wire):
@@ -83,6 +85,7 @@ class SearchJob(_Wire):
     max_tokens: int = 2000
     deadline: float
     sig: str | None = None
+    tp: str | None = None  #: W3C traceparent of the caller's span
 
 
 class OrganiseJob(_Wire):

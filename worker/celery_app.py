@@ -25,7 +25,7 @@ from redis import Redis
 
 from producer.core import redis_kwargs
 from producer.keys import Keys
-from worker import metrics, redis_config
+from worker import metrics, redis_config, tracing
 from worker.context import WorkerContext
 from worker.dispatch import Dispatcher
 from worker.heartbeat import ProcessHeartbeat
@@ -83,6 +83,7 @@ def _start_servers() -> None:
 @signals.worker_process_init.connect
 def _on_pool_process(**_: object) -> None:
     _state.clear()
+    tracing.instrument(settings)
     _start_servers()
 
 
@@ -100,6 +101,7 @@ def _on_worker_ready(sender: Any = None, **_: object) -> None:
     _state["dispatcher"] = Dispatcher(settings, send_drain).start()
     metrics.serve(settings)
     if app.conf.worker_pool != "prefork":
+        tracing.instrument(settings)
         _start_servers()
     log.info("zettelq worker ready: shards=%d", settings.shard_count)
 

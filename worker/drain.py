@@ -32,7 +32,7 @@ from producer.protocol import (
     unpack_raw,
     validate,
 )
-from worker import metrics, notes
+from worker import metrics, notes, tracing
 from worker.context import WorkerContext
 from worker.deadletter import ORIGIN_FIELD
 from worker.dispatch import GROUP, kick
@@ -215,8 +215,11 @@ def _process(ctx: WorkerContext, shard: int, batch: list[RawEntry]) -> list[byte
     """Apply a batch; returns its entry ids, committed or dead-lettered, for acknowledging."""
     started = time.perf_counter()
     payloads = {origin(raw_id, fields): fields.get(b"j", b"") for raw_id, fields in batch}
-    for ns, entries in _accepted(ctx, shard, batch).items():
-        _handle_isolated(ctx, shard, ns, entries, payloads)
+    accepted = _accepted(ctx, shard, batch)
+    parents = [job.tp for entries in accepted.values() for _, job in entries]
+    with tracing.batch_span(shard, len(batch), parents):
+        for ns, entries in accepted.items():
+            _handle_isolated(ctx, shard, ns, entries, payloads)
     if batch:
         held = sum(len(p.ids) for p in ctx.held_projections().values())
         metrics.observe_batch(time.perf_counter() - started, len(batch), held)

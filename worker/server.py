@@ -22,7 +22,7 @@ from redis.exceptions import RedisError, ResponseError
 from producer.core import redis_kwargs
 from producer.errors import ProtocolError
 from producer.protocol import Reply, SearchJob, pack, unpack
-from worker import metrics, search
+from worker import metrics, search, tracing
 from worker.bulk import BulkPipeline
 from worker.context import WorkerContext
 from worker.daemon import Daemon
@@ -54,7 +54,8 @@ def serve_once(
         return True
     try:
         check_signature(ctx.settings, got[1], job.namespaces)
-        reply = search.handle(ctx, job)
+        with tracing.served_span(job.kind, job.tp):
+            reply = search.handle(ctx, job)
     except SignatureRejected as exc:
         log.warning("refused %s job_id=%s: %s", job.kind, job.job_id, exc)
         reply = Reply(job_id=job.job_id, ok=False, error=f"refused: {exc}")

@@ -200,6 +200,9 @@ class WorkerSettings(ProducerSettings):
     """Folder the processes of a prefork worker share their metrics through (emptied when the
     worker starts; default /tmp/zettelq-metrics-<pid>)."""
 
+    otel_redis: bool = False
+    """One OpenTelemetry span per Redis command of the workers (needs the otel extra; noisy)."""
+
     audit_max: int = Field(default=100_000, ge=0)
     """Audit entries kept per namespace (about; 0 = all), trimmed by the periodic audit job."""
 
