@@ -19,7 +19,7 @@ import logging
 import re
 from collections.abc import AsyncIterator, Mapping
 from contextlib import AsyncExitStack, asynccontextmanager
-from typing import Annotated, Any
+from typing import Annotated, Any, NamedTuple
 from urllib.parse import unquote
 
 try:
@@ -319,36 +319,35 @@ def replay(body: bytes, receive: Receive) -> Receive:
 # ---- routes
 
 
-def resources_of(request: Request) -> Resources:
+class Target(NamedTuple):
+    """What a route works on: the path's namespace, checked against the token's grant, and the
+    app's shared client."""
+
+    ns: str
+    client: AsyncMemoryClient
+
+
+def _target(request: Request, ns: str, use: str) -> Target:
+    name = v.check_namespace(ns.replace("%2F", "/"))
+    grant: Grant = request.scope[GRANT]
+    if not (grant.can_read(name) if use == "read" else grant.can_write(name)):
+        raise Forbidden(f"this token may not {use} namespace {name!r}")
     res: Resources = request.app.state.zettelq
-    return res
+    return Target(name, res.client)
 
 
-def _namespace(ns: str) -> str:
-    return v.check_namespace(ns.replace("%2F", "/"))
-
-
-def readable(request: Request, ns: str) -> str:
+async def readable(request: Request, ns: str) -> Target:
     """The path's namespace, when the request's token may read it."""
-    name = _namespace(ns)
-    grant: Grant = request.scope[GRANT]
-    if not grant.can_read(name):
-        raise Forbidden(f"this token may not read namespace {name!r}")
-    return name
+    return _target(request, ns, "read")
 
 
-def writable(request: Request, ns: str) -> str:
+async def writable(request: Request, ns: str) -> Target:
     """The path's namespace, when the request's token may write it."""
-    name = _namespace(ns)
-    grant: Grant = request.scope[GRANT]
-    if not grant.can_write(name):
-        raise Forbidden(f"this token may not write namespace {name!r}")
-    return name
+    return _target(request, ns, "write")
 
 
-Client = Annotated[Resources, Depends(resources_of)]
-ReadNs = Annotated[str, Depends(readable)]
-WriteNs = Annotated[str, Depends(writable)]
+Reader = Annotated[Target, Depends(readable)]
+Writer = Annotated[Target, Depends(writable)]
 
 ERRORS: dict[int | str, dict[str, Any]] = {
     code: {"model": ErrorBody} for code in (401, 403, 404, 413, 422, 429, 503, 504)
@@ -358,58 +357,58 @@ api = APIRouter(prefix="/v1/namespaces/{ns}", dependencies=[Security(bearer)], r
 
 
 @api.post("/notes", status_code=202, summary="Store one note")
-async def store(ns: WriteNs, res: Client, body: StoreBody) -> Stored:
+async def store(to: Writer, body: StoreBody) -> Stored:
     fields = body.model_dump(exclude_none=True)
     content = fields.pop("content")
-    return Stored(id=await res.client.store(content, namespace=ns, **fields))
+    return Stored(id=await to.client.store(content, namespace=to.ns, **fields))
 
 
 @api.post("/notes:batch", status_code=202, summary="Store many notes in one write")
-async def store_many(ns: WriteNs, res: Client, body: BatchBody) -> StoredMany:
+async def store_many(to: Writer, body: BatchBody) -> StoredMany:
     items = [note.model_dump(exclude_none=True) for note in body.notes]
-    return StoredMany(ids=await res.client.store_many(items, namespace=ns))
+    return StoredMany(ids=await to.client.store_many(items, namespace=to.ns))
 
 
 @api.post("/search", summary="The best notes for a query")
-async def search(ns: ReadNs, res: Client, body: SearchBody) -> Hits:
+async def search(on: Reader, body: SearchBody) -> Hits:
     options = body.model_dump(exclude_none=True)
     query = options.pop("query")
-    return Hits(hits=await res.client.search(query, namespace=ns, **options))
+    return Hits(hits=await on.client.search(query, namespace=on.ns, **options))
 
 
 @api.post("/context", summary="Token-budgeted text of the best notes, fenced as stored data")
-async def context(ns: ReadNs, res: Client, body: ContextBody) -> ContextText:
+async def context(on: Reader, body: ContextBody) -> ContextText:
     options = body.model_dump(exclude_none=True)
     query = options.pop("query")
-    return ContextText(text=await res.client.context(query, namespace=ns, **options))
+    return ContextText(text=await on.client.context(query, namespace=on.ns, **options))
 
 
 @api.get("/notes/{note_id}", summary="One note with its links")
-async def get(ns: ReadNs, res: Client, note_id: str) -> Note:
-    return await res.client.get(note_id, namespace=ns)
+async def get(on: Reader, note_id: str) -> Note:
+    return await on.client.get(note_id, namespace=on.ns)
 
 
 @api.delete("/notes/{note_id}", status_code=202, summary="Queue a note's deletion")
-async def delete(ns: WriteNs, res: Client, note_id: str) -> Stored:
-    await res.client.delete(note_id, namespace=ns)
+async def delete(to: Writer, note_id: str) -> Stored:
+    await to.client.delete(note_id, namespace=to.ns)
     return Stored(id=note_id)
 
 
 @api.get("/notes/{note_id}/connected", summary="Notes reachable over links")
-async def connected(ns: ReadNs, res: Client, note_id: str, max_hops: int = 2) -> Neighbours:
-    found = await res.client.connected(note_id, namespace=ns, max_hops=max_hops)
+async def connected(on: Reader, note_id: str, max_hops: int = 2) -> Neighbours:
+    found = await on.client.connected(note_id, namespace=on.ns, max_hops=max_hops)
     return Neighbours(neighbours=found)
 
 
 @api.get("/stats", summary="Counts and organisation times")
-async def stats(ns: ReadNs, res: Client) -> Stats:
-    return await res.client.stats(ns)
+async def stats(on: Reader) -> Stats:
+    return await on.client.stats(on.ns)
 
 
 @api.post("/flush", summary="Return once everything stored before is organised")
-async def flush(ns: WriteNs, res: Client, body: FlushBody | None = None) -> Flushed:
-    await res.client.flush(ns, timeout_s=body.timeout_s if body else None)
-    return Flushed(namespace=ns, flushed=True)
+async def flush(to: Writer, body: FlushBody | None = None) -> Flushed:
+    await to.client.flush(to.ns, timeout_s=body.timeout_s if body else None)
+    return Flushed(namespace=to.ns, flushed=True)
 
 
 @api.post(
@@ -417,10 +416,8 @@ async def flush(ns: WriteNs, res: Client, body: FlushBody | None = None) -> Flus
     summary="Run the periodic jobs now for this namespace",
     responses={202: {"model": Organised, "description": "queued (wait=false)"}},
 )
-async def organise(
-    ns: WriteNs, res: Client, response: Response, body: OrganiseBody | None = None
-) -> Organised:
-    done = await res.client.organise(ns, **(body or OrganiseBody()).model_dump())
+async def organise(to: Writer, response: Response, body: OrganiseBody | None = None) -> Organised:
+    done = await to.client.organise(to.ns, **(body or OrganiseBody()).model_dump())
     response.status_code = 200 if done.done else 202
     return done
 
