@@ -458,6 +458,7 @@ def create_app(
     app.add_exception_handler(ZettelqError, _on_zettelq_error)
     app.add_exception_handler(RequestValidationError, _on_invalid_request)
     app.add_exception_handler(HTTPException, _on_http_error)
+    app.add_exception_handler(Exception, _on_unexpected)
     app.add_middleware(Guard, resources=res)
     return app
 
@@ -488,3 +489,9 @@ async def _on_http_error(request: Request, exc: Exception) -> JSONResponse:
     assert isinstance(exc, HTTPException)
     kind = "NotFound" if exc.status_code == 404 else "InvalidInput"
     return error_json(exc.status_code, kind, str(exc.detail), exc.headers)
+
+
+async def _on_unexpected(request: Request, exc: Exception) -> JSONResponse:
+    """Anything else (say, a key of the wrong type in Redis): 500, logged by the server, with
+    nothing of the exception in the response."""
+    return error_json(500, "InternalError", "internal error; the server log has the details")

@@ -379,3 +379,18 @@ def test_a_mounted_starlette_app_is_served_with_its_lifespan(settings: WorkerSet
 
     assert answer.status_code == 200 and answer.json() == {"events": ["started"]}
     assert events == ["started", "stopped"]
+
+
+def test_an_unexpected_error_is_a_json_500_that_shows_nothing(
+    api: httpx.Client, tokens: TokenStore, redis_db, settings: WorkerSettings
+) -> None:
+    auth = bearer(tokens, read=["a"])
+    redis_db.set(f"{settings.key_prefix}:{{a}}:note:odd", "a string, not a hash")
+
+    response = api.get("/v1/namespaces/a/notes/odd", headers=auth)
+
+    assert response.status_code == 500
+    assert error_of(response) == {
+        "type": "InternalError",
+        "message": "internal error; the server log has the details",
+    }
