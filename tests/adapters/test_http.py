@@ -5,10 +5,17 @@ bad input get typed JSON errors."""
 
 from __future__ import annotations
 
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
 import threading
 import time
 from collections.abc import AsyncIterator, Iterator, Sequence
 from contextlib import asynccontextmanager, contextmanager
+from pathlib import Path
 
 import pytest
 
@@ -173,6 +180,7 @@ def test_a_token_for_one_namespace_gets_403_and_no_data_from_another(
         api.post("/v1/namespaces/b/context", json={"query": "launch code"}, headers=auth),
         api.get("/v1/namespaces/b/stats", headers=auth),
         api.post("/v1/namespaces/b/notes", json={"content": "planted"}, headers=auth),
+        api.post("/v1/namespaces/b/notes", json={"content": 5, "odd": 1}, headers=auth),
         api.delete(f"/v1/namespaces/b/notes/{secret_id}", headers=auth),
         api.post("/v1/namespaces/b/flush", headers=auth),
         api.post("/v1/namespaces/b/organise", json={"wait": False}, headers=auth),
@@ -394,3 +402,31 @@ def test_an_unexpected_error_is_a_json_500_that_shows_nothing(
         "type": "InternalError",
         "message": "internal error; the server log has the details",
     }
+
+
+def test_the_readme_curl_example_runs_as_written(
+    cli_env: WorkerSettings, server: SearchServer
+) -> None:
+    if shutil.which("curl") is None:
+        pytest.skip("the README example needs curl")
+    readme = (Path(__file__).resolve().parents[2] / "README.md").read_text()
+    found = re.search(r"## HTTP API.*?```sh\n(.*?)```", readme, re.S)
+    assert found is not None
+    lines = found.group(1).splitlines()
+    assert lines[0] == "zettelq serve --port 8080 &"  # served here by uvicorn in a thread
+    with running(create_app(cli_env)) as url:
+        script = "\n".join(lines[1:]).replace("http://127.0.0.1:8080", url)
+        path = f"{Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}"
+        out = subprocess.run(
+            ["bash", "-euo", "pipefail", "-c", script],
+            env={**os.environ, "PATH": path},
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
+
+    assert out.returncode == 0, out.stderr
+    stored, end = json.JSONDecoder().raw_decode(out.stdout)  # curl prints no newline
+    found_hits = json.loads(out.stdout[end:])
+    assert [h["id"] for h in found_hits["hits"]] == [stored["id"]]
+    assert found_hits["hits"][0]["content"] == "The customer uses key-pair auth with Azure AD"
