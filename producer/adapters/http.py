@@ -23,10 +23,9 @@ from typing import Annotated, Any, NamedTuple
 from urllib.parse import unquote
 
 try:
-    from fastapi import APIRouter, Depends, FastAPI, Request, Response, Security
+    from fastapi import APIRouter, Depends, FastAPI, Request, Response
     from fastapi.exceptions import RequestValidationError
     from fastapi.responses import JSONResponse
-    from fastapi.security import HTTPBearer
     from starlette.applications import Starlette
     from starlette.exceptions import HTTPException
     from starlette.types import ASGIApp, Message, Receive, Scope, Send
@@ -352,8 +351,7 @@ Writer = Annotated[Target, Depends(writable)]
 ERRORS: dict[int | str, dict[str, Any]] = {
     code: {"model": ErrorBody} for code in (401, 403, 404, 413, 422, 429, 503, 504)
 }
-bearer = HTTPBearer(description="a token from `zettelq token create`", auto_error=False)
-api = APIRouter(prefix="/v1/namespaces/{ns}", dependencies=[Security(bearer)], responses=ERRORS)
+api = APIRouter(prefix="/v1/namespaces/{ns}", responses=ERRORS)
 
 
 @api.post("/notes", status_code=202, summary="Store one note")
@@ -424,6 +422,27 @@ async def organise(to: Writer, response: Response, body: OrganiseBody | None = N
 
 # ---- the app
 
+#: the OpenAPI security scheme of every /v1/ route (the guard checks it, not a dependency)
+BEARER_SCHEME = {
+    "type": "http",
+    "scheme": "bearer",
+    "description": "a token from `zettelq token create`",
+}
+
+
+class ZettelqApi(FastAPI):
+    """FastAPI whose OpenAPI document says that every /v1/ route needs a bearer token (the
+    guard authenticates, so no route has a security dependency to say it)."""
+
+    def openapi(self) -> dict[str, Any]:
+        if self.openapi_schema is None:
+            schema = super().openapi()
+            schema.setdefault("components", {})["securitySchemes"] = {"bearer": BEARER_SCHEME}
+            for path, operations in schema["paths"].items():
+                for operation in operations.values() if path.startswith(API_PREFIX) else ():
+                    operation["security"] = [{"bearer": []}]
+        return self.openapi_schema or {}
+
 
 def create_app(
     settings: ProducerSettings | None = None, *, extra_mounts: Mapping[str, ASGIApp] | None = None
@@ -444,7 +463,7 @@ def create_app(
                     await stack.enter_async_context(sub.router.lifespan_context(sub))
             yield
 
-    app = FastAPI(
+    app = ZettelqApi(
         title="zettelq",
         summary="Queue-driven Zettelkasten memory for AI agents",
         version="1",

@@ -352,7 +352,10 @@ def test_openapi_lists_every_route_with_bearer_auth(api: httpx.Client) -> None:
         f"{prefix}/flush",
         f"{prefix}/organise",
     }
-    assert doc["components"]["securitySchemes"]["HTTPBearer"]["scheme"] == "bearer"
+    assert doc["components"]["securitySchemes"]["bearer"]["scheme"] == "bearer"
+    for path, operations in doc["paths"].items():
+        needed = [op.get("security") for op in operations.values()]
+        assert needed == [None if path == "/health" else [{"bearer": []}]] * len(needed)
     assert api.get("/docs").status_code == 200
     assert api.get("/health").json() == {"status": "ok"}
 
