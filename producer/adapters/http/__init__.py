@@ -77,7 +77,6 @@ def create_app(
 
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
-        res.open()
         async with AsyncExitStack() as stack:
             stack.push_async_callback(res.aclose)
             for sub in mounts.values():

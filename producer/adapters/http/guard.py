@@ -21,38 +21,22 @@ ENCODED_SLASH = re.compile(rb"%2[fF]")  #: a ``/`` inside a path segment
 
 
 class Resources:
-    """What every request shares: one AsyncMemoryClient and the token store (opened when the
-    app starts, closed when it stops)."""
+    """What every request shares: one AsyncMemoryClient and the token store. Nothing connects
+    until the first request; ``aclose`` (when the app stops) closes both."""
 
     def __init__(self, settings: ProducerSettings) -> None:
         self.settings = settings
-        self._client: AsyncMemoryClient | None = None
-        self._tokens: AsyncTokenStore | None = None
-        self._redis: aioredis.Redis | None = None
-
-    @property
-    def client(self) -> AsyncMemoryClient:
-        assert self._client is not None, "the app has not started"
-        return self._client
-
-    @property
-    def tokens(self) -> AsyncTokenStore:
-        assert self._tokens is not None, "the app has not started"
-        return self._tokens
-
-    def open(self) -> None:
-        s = self.settings
-        self._client = AsyncMemoryClient(s)
+        self.client = AsyncMemoryClient(settings)
         self._redis = aioredis.Redis.from_url(
-            s.redis_url, socket_timeout=s.socket_timeout_s, **async_redis_kwargs(s)
+            settings.redis_url,
+            socket_timeout=settings.socket_timeout_s,
+            **async_redis_kwargs(settings),
         )
-        self._tokens = AsyncTokenStore(self._redis, s.key_prefix)
+        self.tokens = AsyncTokenStore(self._redis, settings.key_prefix)
 
     async def aclose(self) -> None:
-        if self._client is not None:
-            await self._client.aclose()
-        if self._redis is not None:
-            await self._redis.aclose()
+        await self.client.aclose()
+        await self._redis.aclose()
 
 
 class Guard:
