@@ -8,9 +8,13 @@ a store is the producer's cost only (validation, packing, one EVALSHA that XADDs
 stream), and through HTTP also the request, the token check (one HGETALL) and the response.
 
 1. Latency: ``--rounds`` rounds, each of ``--calls`` direct ``MemoryClient.store()`` calls,
-   then as many ``POST /v1/namespaces/bench/notes`` on one keep-alive httpx.Client (so the two
-   see the same load and Redis state), after 200 untimed calls of each; also ``GET /health``
-   (the HTTP stack with no Redis) to show where the time goes. p50 and p99 by nearest rank.
+   then as many ``POST /v1/namespaces/bench/notes`` on one keep-alive httpx.Client, as many
+   on one keep-alive ``http.client.HTTPConnection`` (the standard library's lighter client:
+   the difference is httpx's own cost) and as many ``GET /health`` (the HTTP stack with no
+   Redis), so every path sees the same load and Redis state; 200 untimed calls of each
+   first. p50 and p99 by nearest rank, and the CPU each call cost the bench process (the
+   client) and the ``zettelq serve`` process (from /proc), which a busy host inflates less
+   than it does the latencies.
 2. Throughput: ``--clients`` processes each store ``--seconds`` long back to back, first
    directly, then through HTTP; stores/s is all their stores over the wall time.
 """
@@ -18,12 +22,15 @@ stream), and through HTTP also the request, the token check (one HGETALL) and th
 from __future__ import annotations
 
 import argparse
+import http.client
+import json
 import multiprocessing as mp
 import os
 import subprocess
 import sys
 import time
 from collections.abc import Callable
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import httpx
@@ -43,14 +50,29 @@ def percentile(values: list[float], share: float) -> float:
     return ordered[min(len(ordered) - 1, int(len(ordered) * share))]
 
 
-def timed(call: Callable[[int], object], count: int) -> list[float]:
-    """Seconds each of ``count`` calls of ``call(i)`` took."""
-    out = []
-    for i in range(count):
-        started = time.perf_counter()
-        call(i)
-        out.append(time.perf_counter() - started)
-    return out
+def cpu_s(pid: int) -> float:
+    """User + system CPU seconds of a process so far (from /proc)."""
+    stat = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(stat[11]) + int(stat[12])) / os.sysconf("SC_CLK_TCK")
+
+
+@dataclass
+class Samples:
+    """One path's call latencies and the CPU both sides spent on them."""
+
+    seconds: list[float] = field(default_factory=list)
+    client_cpu_s: float = 0.0
+    server_cpu_s: float = 0.0
+
+    def run(self, call: Callable[[int], object], count: int, server_pid: int) -> None:
+        """Time ``count`` calls of ``call(i)``, one by one."""
+        client, server = time.process_time(), cpu_s(server_pid)
+        for i in range(count):
+            started = time.perf_counter()
+            call(i)
+            self.seconds.append(time.perf_counter() - started)
+        self.client_cpu_s += time.process_time() - client
+        self.server_cpu_s += cpu_s(server_pid) - server
 
 
 def storer(mode: str, mem: MemoryClient, api: httpx.Client, secret: str) -> Callable[[int], object]:
@@ -69,6 +91,20 @@ def storer(mode: str, mem: MemoryClient, api: httpx.Client, secret: str) -> Call
     return direct if mode == "direct" else through_http
 
 
+def stdlib_storer(conn: http.client.HTTPConnection, secret: str) -> Callable[[int], object]:
+    """store(i) through the HTTP API with the standard library's client (lighter than httpx)."""
+    headers = {"Authorization": f"Bearer {secret}", "Content-Type": "application/json"}
+
+    def store(i: int) -> object:
+        body = json.dumps({"content": f"{TEXT} {i}"}).encode()
+        conn.request("POST", f"/v1/namespaces/{NS}/notes", body=body, headers=headers)
+        response = conn.getresponse()
+        assert response.status == 202, response.read()
+        return response.read()
+
+    return store
+
+
 def serve(settings: ProducerSettings, port: int) -> subprocess.Popen[bytes]:
     """``zettelq serve`` on the settings' Redis and prefix, once it answers /health."""
     env = {**os.environ, "ZQ_REDIS_URL": settings.redis_url, "ZQ_KEY_PREFIX": settings.key_prefix}
@@ -84,26 +120,42 @@ def serve(settings: ProducerSettings, port: int) -> subprocess.Popen[bytes]:
             time.sleep(0.1)
 
 
-def latency(settings: ProducerSettings, url: str, secret: str, args: argparse.Namespace) -> str:
-    """The latency table (markdown)."""
-    samples: dict[str, list[float]] = {PATHS[0]: [], PATHS[1]: [], PATHS[2]: []}
+def latency(
+    settings: ProducerSettings, port: int, server_pid: int, secret: str, rounds: int, calls: int
+) -> str:
+    """The latency table (markdown): the paths interleaved round by round."""
+    url = f"http://127.0.0.1:{port}"
     with MemoryClient(settings) as mem, httpx.Client(base_url=url) as api:
+        conn = http.client.HTTPConnection("127.0.0.1", port)
 
         def health(i: int) -> object:
             return api.get("/health")
 
-        calls = (storer("direct", mem, api, secret), storer("http", mem, api, secret), health)
-        for call in calls:
-            timed(call, 200)
-        for _ in range(args.rounds):
-            for name, call in zip(PATHS, calls, strict=True):
-                samples[name] += timed(call, args.calls)
-    base = percentile(samples[PATHS[0]], 0.5)
-    lines = ["| path | calls | p50 ms | p99 ms | p50 minus direct p50 |", "|---|---|---|---|---|"]
-    for name, values in samples.items():
-        p50, p99 = percentile(values, 0.5), percentile(values, 0.99)
-        extra = f"{(p50 - base) * 1e3:+.3f} ms"
-        lines.append(f"| {name} | {len(values)} | {p50 * 1e3:.3f} | {p99 * 1e3:.3f} | {extra} |")
+        paths = {
+            "direct store()": storer("direct", mem, api, secret),
+            "HTTP POST notes (httpx)": storer("http", mem, api, secret),
+            "HTTP POST notes (http.client)": stdlib_storer(conn, secret),
+            "HTTP GET /health (httpx)": health,
+        }
+        samples = {name: Samples() for name in paths}
+        for call in paths.values():
+            Samples().run(call, 200, server_pid)  # warm-up
+        for _ in range(rounds):
+            for name, call in paths.items():
+                samples[name].run(call, calls, server_pid)
+        conn.close()
+    base = percentile(samples["direct store()"].seconds, 0.5)
+    lines = [
+        "| path | calls | p50 ms | p99 ms | p50 minus direct p50 | client CPU ms/call "
+        "| server CPU ms/call |",
+        "|---|---|---|---|---|---|---|",
+    ]
+    for name, got in samples.items():
+        n = len(got.seconds)
+        p50, p99 = percentile(got.seconds, 0.5), percentile(got.seconds, 0.99)
+        cells = [f"{p50 * 1e3:.3f}", f"{p99 * 1e3:.3f}", f"{(p50 - base) * 1e3:+.3f}"]
+        cells += [f"{got.client_cpu_s / n * 1e3:.3f}", f"{got.server_cpu_s / n * 1e3:.3f}"]
+        lines.append(f"| {name} | {n} | {' | '.join(cells)} |")
     return "\n".join(lines)
 
 
@@ -149,7 +201,10 @@ def main() -> int:
         proc = serve(settings, port)
         try:
             url = f"http://127.0.0.1:{port}"
-            tables = [latency(settings, url, secret, args), throughput(settings, url, secret, args)]
+            tables = [
+                latency(settings, port, proc.pid, secret, args.rounds, args.calls),
+                throughput(settings, url, secret, args),
+            ]
         finally:
             proc.terminate()
             proc.wait(10)

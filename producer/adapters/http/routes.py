@@ -60,7 +60,7 @@ Reader = Annotated[Target, Depends(readable)]
 Writer = Annotated[Target, Depends(writable)]
 
 ERRORS: dict[int | str, dict[str, Any]] = {
-    code: {"model": ErrorBody} for code in (401, 403, 404, 413, 422, 429, 503, 504)
+    code: {"model": ErrorBody} for code in (400, 401, 403, 404, 413, 422, 429, 500, 503, 504)
 }
 api = APIRouter(prefix="/v1/namespaces/{ns}", responses=ERRORS)
 
