@@ -433,3 +433,22 @@ def test_the_readme_curl_example_runs_as_written(
     found_hits = json.loads(out.stdout[end:])
     assert [h["id"] for h in found_hits["hits"]] == [stored["id"]]
     assert found_hits["hits"][0]["content"] == "The customer uses key-pair auth with Azure AD"
+
+
+def test_backpressure_is_429_with_retry_after_and_no_worker_is_504(
+    tokens: TokenStore, settings: WorkerSettings
+) -> None:
+    tight = settings.model_copy(update={"max_pending": 1})
+    auth = bearer(tokens, read=["a"], write=["a"])
+
+    with running(create_app(tight)) as url, httpx.Client(base_url=url, timeout=15.0) as api:
+        first = api.post("/v1/namespaces/a/notes", json={"content": "one"}, headers=auth)
+        second = api.post("/v1/namespaces/a/notes", json={"content": "two"}, headers=auth)
+        late = api.post(
+            "/v1/namespaces/a/search", json={"query": "x", "timeout_s": 0.2}, headers=auth
+        )
+
+    assert first.status_code == 202
+    assert second.status_code == 429 and second.headers["Retry-After"] == "1"
+    assert error_of(second)["type"] == "Backpressure"
+    assert late.status_code == 504 and error_of(late)["type"] == "ReplyTimeout"
