@@ -1,7 +1,7 @@
 """``zettelq serve`` (the HTTP API on uvicorn) and ``zettelq token create|list|revoke`` (its bearer
 tokens). Both need ``pip install 'zettelq[server]'`` only for serving; tokens are plain Redis.
 
-zettelq serve [--host 127.0.0.1] [--port 8080]
+zettelq serve [--host 127.0.0.1] [--port 8080] [--access-log]
 zettelq token create --read NS --write NS [--label L]   prints the secret once, and its id
 zettelq token list                                      every token: id, label, grants, created
 zettelq token revoke ID
@@ -26,6 +26,9 @@ def add_commands(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> di
     serve = sub.add_parser("serve", help="serve the HTTP API (needs zettelq[server])")
     serve.add_argument("--host", default=DEFAULT_HOST, help="address (default: %(default)s)")
     serve.add_argument("--port", type=int, default=DEFAULT_PORT, help="(default: %(default)s)")
+    serve.add_argument(
+        "--access-log", action="store_true", help="log every request (uvicorn's access log)"
+    )
     token = sub.add_parser("token", help="create, list or revoke HTTP API bearer tokens")
     actions = token.add_subparsers(dest="action", required=True)
     create = actions.add_parser("create", help="a new token; prints its secret once")
@@ -53,7 +56,8 @@ def _serve(settings: WorkerSettings, args: argparse.Namespace, rest: list[str]) 
 
     from producer.adapters.http import create_app
 
-    uvicorn.run(create_app(settings), host=args.host, port=args.port)
+    app = create_app(settings)
+    uvicorn.run(app, host=args.host, port=args.port, access_log=args.access_log)
     return 0
 
 

@@ -83,10 +83,8 @@ def test_zettelq_serve_answers_health_and_a_store(cli_env: WorkerSettings) -> No
     with TokenStore.from_settings(cli_env) as tokens:
         secret, _ = tokens.create(write=["s"])
     port = free_port()
-    argv = [sys.executable, "-m", "worker.cli", "serve", "--port", str(port)]
-    with subprocess.Popen(
-        argv, cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE
-    ) as proc:
+    argv = [sys.executable, "-m", "worker.cli", "serve", "--port", str(port), "--access-log"]
+    with subprocess.Popen(argv, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE) as proc:
         try:
             url = f"http://127.0.0.1:{port}"
             health = wait_for_health(httpx, url, proc)
@@ -97,10 +95,12 @@ def test_zettelq_serve_answers_health_and_a_store(cli_env: WorkerSettings) -> No
             )
         finally:
             proc.terminate()
-            proc.wait(10)
+            out, _ = proc.communicate(timeout=10)
 
     assert health.json() == {"status": "ok"}
     assert stored.status_code == 202 and len(stored.json()["id"]) > 0
+    assert b'"POST /v1/namespaces/s/notes HTTP/1.1" 202' in out  # --access-log
+    assert secret.encode() not in out
 
 
 def wait_for_health(httpx, url: str, proc: subprocess.Popen[bytes], timeout_s: float = 30.0):
