@@ -123,13 +123,20 @@ def python(code: str) -> subprocess.CompletedProcess[str]:
     )
 
 
-def test_import_producer_loads_no_web_framework() -> None:
-    out = python(
+def test_import_producer_needs_no_web_framework() -> None:
+    blocked = python(
+        "import sys\n"
+        "for name in ('fastapi', 'starlette', 'uvicorn', 'httpx'):\n"
+        "    sys.modules[name] = None\n"
+        "import producer, producer.adapters.tokens, worker.serve_cli\n"
+    )
+    loaded = python(
         "import sys, producer, producer.adapters.tokens; "
         "print(sorted({'fastapi', 'starlette', 'uvicorn', 'httpx'} & set(sys.modules)))"
     )
-    assert out.returncode == 0, out.stderr
-    assert out.stdout.strip() == "[]"
+
+    assert blocked.returncode == 0, blocked.stderr
+    assert loaded.returncode == 0 and loaded.stdout.strip() == "[]", loaded.stderr
 
 
 def test_without_the_extra_the_http_module_and_serve_name_it(cli_env: WorkerSettings) -> None:

@@ -194,6 +194,9 @@ def test_the_async_store_checks_like_the_sync_one(
     assert asyncio.run(check(secret + "x")) is None
     tokens.revoke(grant.token_id)
     assert asyncio.run(check(secret)) is None
+    with Redis.from_url(settings.redis_url) as r:
+        r.set(f"{settings.key_prefix}:token:{grant.token_id}", "not a hash")
+    assert asyncio.run(check(secret)) is None
 
 
 def test_a_token_key_of_another_type_authenticates_nobody(
