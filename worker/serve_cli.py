@@ -13,7 +13,7 @@ import argparse
 
 from producer.adapters.tokens import TokenStore
 from producer.errors import NotFound
-from worker.console import Handler, Printer, add_output_options
+from worker.console import Handler, Printer, add_output_options, readable
 from worker.settings import WorkerSettings
 
 DEFAULT_HOST = "127.0.0.1"  #: zettelq serve listens here unless told otherwise
@@ -76,8 +76,7 @@ def _create(tokens: TokenStore, args: argparse.Namespace) -> None:
         f"created token {grant.token_id}; its secret is shown only now:\n{secret}\n"
         f"use it as:  Authorization: Bearer {secret}"
     )
-    fields = _row(grant.model_dump())
-    Printer.of(args).message(text, secret=secret, **fields)
+    Printer.of(args).message(text, secret=secret, **readable(_row(grant.model_dump())))
 
 
 def _list(tokens: TokenStore, args: argparse.Namespace) -> None:
