@@ -116,12 +116,21 @@ def test_a_store_is_one_write_to_the_inbox_with_no_worker_running(
     auth = bearer(tokens, write=["solo"])
     fields = {"content": "queued", "tags": ["x"], "metadata": {"k": [1, {"d": None}]}}
     fields |= {"agent": "bot", "event_time": "2024-05-01T12:00:00", "importance": 0.5}
+    api.post("/v1/namespaces/solo/notes", json={"content": "warm-up"}, headers=auth)
+    redis_db.config_resetstat()
 
     stored = api.post("/v1/namespaces/solo/notes", json=fields, headers=auth)
 
     assert stored.status_code == 202
+    calls = {
+        name.removeprefix("cmdstat_"): stat["calls"]
+        for name, stat in redis_db.info("commandstats").items()
+        if name not in ("cmdstat_info", "cmdstat_config|resetstat")
+    }
+    # the token's HGETALL, then the enqueue script: its backlog check and one XADD
+    assert calls == {"hgetall": 1, "evalsha": 1, "xlen": 1, "xadd": 1}
     with MemoryClient(settings) as direct:
-        assert direct.stats("solo").pending == 1
+        assert direct.stats("solo").pending == 2
 
 
 def test_a_batch_stores_every_note_in_order(
