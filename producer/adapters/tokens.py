@@ -7,7 +7,9 @@ hash ``P:token:<token id>`` (fields ``sha256``, ``label``, ``read``, ``write``, 
 recovered. Namespace grants are exact names, or ``*`` for any namespace.
 
 Whatever is read back from Redis is untrusted: a record that does not parse (or whose hash does
-not match) authenticates nobody and is skipped by ``list``.
+not match) authenticates nobody and is skipped by ``list``. A door refuses a request with
+``Unauthenticated`` (no valid token: HTTP 401) or ``Forbidden`` (the grant lacks the namespace:
+HTTP 403).
 """
 
 from __future__ import annotations

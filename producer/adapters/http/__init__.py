@@ -20,7 +20,7 @@ from __future__ import annotations
 try:
     import fastapi  # noqa: F401
     import starlette  # noqa: F401
-except ImportError as exc:  # pragma: no cover - depends on the installed extras
+except ImportError as exc:
     raise ModuleNotFoundError(
         "the HTTP API needs FastAPI and uvicorn: pip install 'zettelq[server]'", name=exc.name
     ) from exc
