@@ -330,6 +330,7 @@ def test_flush_connected_and_organise(
     drain_all(ctx)
 
     flushed = api.post("/v1/namespaces/a/flush", json={"timeout_s": 5}, headers=auth)
+    bare = api.post("/v1/namespaces/a/flush", headers=auth)  # no body: the defaults
     near = api.get(f"/v1/namespaces/a/notes/{ids['ids'][1]}/connected", headers=auth)
     queued = api.post("/v1/namespaces/a/organise", json={"wait": False}, headers=auth)
     organiser = OrganiseServer(ctx).start()
@@ -339,6 +340,7 @@ def test_flush_connected_and_organise(
         organiser.stop()
 
     assert flushed.status_code == 200 and flushed.json() == {"namespace": "a", "flushed": True}
+    assert bare.status_code == 200 and bare.json() == flushed.json()
     assert [n["id"] for n in near.json()["neighbours"]] == [ids["ids"][0]]
     assert queued.status_code == 202 and queued.json()["done"] is False
     assert done.status_code == 200 and done.json()["done"] is True
