@@ -463,3 +463,15 @@ def test_backpressure_is_429_with_retry_after_and_no_worker_is_504(
     assert second.status_code == 429 and second.headers["Retry-After"] == "1"
     assert error_of(second)["type"] == "Backpressure"
     assert late.status_code == 504 and error_of(late)["type"] == "ReplyTimeout"
+
+
+def test_the_factory_without_arguments_reads_the_zq_environment(
+    cli_env: WorkerSettings, tokens: TokenStore, client: MemoryClient
+) -> None:
+    auth = bearer(tokens, write=["env"])  # what `uvicorn --factory ...:create_app` serves
+
+    with running(create_app()) as url:
+        stored = httpx.post(f"{url}/v1/namespaces/env/notes", json={"content": "x"}, headers=auth)
+
+    assert stored.status_code == 202
+    assert client.stats("env").pending == 1
