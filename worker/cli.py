@@ -44,7 +44,7 @@ from importlib.metadata import PackageNotFoundError, version
 from pathlib import Path
 
 from producer.core import redis_errors
-from worker import commands, health, operations, top
+from worker import commands, health, operations, serve_cli, top
 from worker.console import Handler
 from worker.explorer import command as graph_command
 from worker.failure import EXIT_BROKEN_PIPE, EXIT_INTERRUPTED, describe
@@ -61,7 +61,7 @@ TRUE = frozenset({"1", "true", "yes", "on"})
 #: the -W filter that silences Celery's warning about a worker running as root
 ROOT_WARNING = "ignore:You're running the worker with superuser privileges"
 #: modules whose add_commands(sub) adds their subcommands and returns their handlers by name
-COMMAND_MODULES = (commands, operations, health, top, graph_command)
+COMMAND_MODULES = (commands, operations, health, top, graph_command, serve_cli)
 
 
 def main(argv: Sequence[str] | None = None) -> int:
