@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Mapping
 from typing import Any
 
@@ -22,9 +23,12 @@ from producer.errors import (
     OutOfMemory,
     ProtocolError,
     ReplyTimeout,
+    ServerError,
     Unavailable,
     ZettelqError,
 )
+
+log = logging.getLogger(__name__)
 
 RETRY_AFTER_S = 1  #: Retry-After of a 429 (backpressure)
 
@@ -75,6 +79,9 @@ def error_json(
 
 async def on_zettelq_error(request: Request, exc: Exception) -> JSONResponse:
     assert isinstance(exc, ZettelqError)
+    if isinstance(exc, ServerError):  # Redis's own error reply: it names keys, so it stays here
+        log.error("%s %s: %s", request.method, request.url.path, exc)
+        return await on_unexpected(request, exc)
     return error_response(exc)
 
 
