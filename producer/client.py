@@ -26,6 +26,7 @@ from producer.core import (
     redis_errors,
     redis_kwargs,
     to_neighbours,
+    to_vectors,
     walk_step,
 )
 from producer.errors import InvalidInput, NotFound
@@ -122,6 +123,18 @@ class MemoryClient:
     def flush(self, namespace: str | None = None, timeout_s: float | None = None) -> None:
         """Return once everything stored to ``namespace`` before this call is organised."""
         self._ask("flush", namespace, timeout_s=timeout_s)
+
+    def embed(
+        self,
+        texts: Sequence[str],
+        *,
+        namespace: str | None = None,
+        timeout_s: float | None = None,
+    ) -> list[list[float]]:
+        """The worker's embedding of each text (the vectors its notes get), in one round trip;
+        ``namespace`` only routes the request (and signs it, when namespaces have keys)."""
+        reply = self._ask("embed", namespace, texts=texts, timeout_s=timeout_s)
+        return to_vectors(reply)
 
     def _ask(self, kind: str, namespace: Namespaces | None, **fields: Any) -> Reply:
         job = self._core.search_job(kind, namespace, **fields)

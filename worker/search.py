@@ -44,11 +44,20 @@ def handle(ctx: WorkerContext, job: SearchJob) -> Reply | None:
         if job.kind == "flush":
             wait_fresh(ctx, job.namespaces, job.deadline)
             return Reply(job_id=job.job_id)
+        if job.kind == "embed":
+            return embed(ctx, job)
         hits = search(ctx, job)
     except NotFresh as exc:
         return Reply(job_id=job.job_id, ok=False, error=str(exc))
     text = render_context(hits, job.max_tokens) if job.kind == "context" else ""
     return Reply(job_id=job.job_id, hits=hits, text=text)
+
+
+def embed(ctx: WorkerContext, job: SearchJob) -> Reply:
+    """The worker's vectors of ``job.texts``, one float32 little-endian row each."""
+    rows = ctx.embedder.embed(job.texts).astype("<f4", copy=False)
+    vectors = [row.tobytes() for row in rows]
+    return Reply(job_id=job.job_id, vectors=vectors, embedder=ctx.embedder.name)
 
 
 def search(ctx: WorkerContext, job: SearchJob) -> list[Hit]:

@@ -58,7 +58,8 @@ def serve_once(ctx: WorkerContext, conn: Redis, lists: list[str], timeout_s: flo
         pipe = BulkPipeline(ctx.redis)
         pipe.lpush(ctx.keys.reply(job.job_id), pack(reply))
         pipe.expire(ctx.keys.reply(job.job_id), ctx.settings.result_ttl_s)
-        search.touch(pipe, ctx.keys, reply.hits, time.time())
+        if job.reinforce:
+            search.touch(pipe, ctx.keys, reply.hits, time.time())
         pipe.execute()
     return True
 
