@@ -5,7 +5,9 @@ and a Memory that recalls with no LLM call. Runs in .venv-crewai (scripts/test-c
 from __future__ import annotations
 
 import asyncio
+import importlib.util
 from datetime import datetime, timedelta
+from pathlib import Path
 
 import pytest
 
@@ -31,9 +33,12 @@ from producer.adapters.crewai import (
     zettelq_embedder,
 )
 from producer.validation import check_namespace
-from tests.integration.chat_server import ChatServer, chat
+from tests.integration.chat_server import ChatServer, Scripted, chat
+from tests.integration.chat_server import answer as answer_json
 
 __all__ = ["chat"]
+
+EXAMPLE = Path(__file__).parents[2] / "examples" / "crewai_crew.py"
 
 FACTS = {
     "/crew/research": "The customer's Snowflake account uses key-pair auth with Azure AD",
@@ -354,3 +359,50 @@ def test_a_zettelq_spec_routes_through_the_storage_factory(client, server):
     assert (backend.namespace, backend.scope_depth) == ("crew/team", 1)
     with pytest.raises(InvalidInput, match="scope_depth"):
         factory("zettelq://crew?scope_depth=x")
+
+
+ANSWERS = {
+    "You are researcher": "The customer's Snowflake account uses key-pair auth with Azure AD.",
+    "You are analyst": "The customer's Snowflake keys are rotated every 90 days.",
+    "You are writer": "Snowflake: key-pair auth with Azure AD, keys rotated every 90 days.",
+}
+
+
+def crew_llm(request):
+    """Each agent's answer; CrewAI's memory analysis gets the agent's answer as the memory to
+    keep (extraction) and a scope, categories and importance for it (save analysis)."""
+    system = request["messages"][0]["content"]
+    user = request["messages"][-1]["content"]
+    for marker, answer in ANSWERS.items():
+        if marker in system:
+            return Scripted(answer)
+    if "Result: " in user:
+        result = user.split("Result: ", 1)[1].splitlines()[0].strip()
+        return answer_json({"memories": [result]})
+    return answer_json(
+        {
+            "suggested_scope": "/facts",
+            "categories": ["snowflake"],
+            "importance": 0.6,
+            "extracted_metadata": {"entities": ["Snowflake"], "dates": [], "topics": []},
+        }
+    )
+
+
+def test_the_crew_example_shares_memories_between_agents(client, server, chat: ChatServer):
+    spec = importlib.util.spec_from_file_location("crewai_crew", EXAMPLE)
+    example = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(example)
+    chat.responder = crew_llm
+    llm = LLM(model="openai/gpt-4o-mini", base_url=chat.url, api_key="unused")
+    crew = example.build_crew(client, llm)
+    result = crew.kickoff()
+    crew.memory.drain_writes()
+    assert result.raw == ANSWERS["You are writer"]
+    writer = [r for r in chat.requests if "You are writer" in r["messages"][0]["content"]]
+    prompt = "\n".join(m["content"] for m in writer[0]["messages"])
+    assert "key-pair auth" in prompt and "90 days" in prompt
+    stored = client.search("Snowflake keys rotated", namespace=example.NAMESPACE, k=10)
+    contents = {h.content for h in stored}
+    assert {ANSWERS["You are researcher"], ANSWERS["You are analyst"]} <= contents, contents
+    assert {h.metadata["_crewai"]["scope"] for h in stored} == {"/facts"}
