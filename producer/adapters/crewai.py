@@ -228,13 +228,13 @@ class ZettelqStorage:
         for record in records:
             ns, item = self._item(record)
             items.setdefault(ns, []).append(item)
-        if self.scope_depth:
-            self._drop_moved({str(i["id"]): ns for ns, its in items.items() for i in its})
         step = self.client.settings.max_batch
         for ns, batch in items.items():
             for start in range(0, len(batch), step):
                 self.client.store_many(batch[start : start + step], namespace=ns)
             self._touched(ns)
+        if self.scope_depth:
+            self._drop_moved({str(i["id"]): ns for ns, its in items.items() for i in its})
 
     def update(self, record: MemoryRecord) -> None:
         """Replace the record of the same id (the same note: its links and history stay)."""
@@ -430,10 +430,13 @@ class ZettelqStorage:
                 names.append(raw.decode())
         return names, None
 
-    def _rows(self, scope_prefix: str | None, ids: Sequence[str] | None = None) -> list[Row]:
+    def _rows(
+        self, scope_prefix: str | None, ids: Sequence[str] | None = None, *, fresh: bool = True
+    ) -> list[Row]:
         """The records under ``scope_prefix`` (of ``ids`` only, when given), with their
-        namespaces, after flushing the namespaces this storage wrote to."""
-        self._barrier()
+        namespaces; ``fresh``: after flushing the namespaces this storage wrote to."""
+        if fresh:
+            self._barrier()
         prefix = scope_segments(scope_prefix or "/")
         namespaces, _ = self._targets(scope_prefix)
         wanted = None if ids is None else [i for i in dict.fromkeys(ids) if v.ID_RE.fullmatch(i)]
@@ -487,8 +490,9 @@ class ZettelqStorage:
         return [(ns, r) for ns, r in rows if r is not None]
 
     def _drop_moved(self, targets: dict[str, str]) -> None:
-        """Delete the notes of records re-saved under a scope of another namespace."""
-        for ns, record in self._rows(None, list(targets)):
+        """Delete the notes of records re-saved under a scope of another namespace (as
+        organised so far: no flush, so that a save never waits on a worker)."""
+        for ns, record in self._rows(None, list(targets), fresh=False):
             if targets[record.id] != ns:
                 self.client.delete(record.id, namespace=ns)
                 self._touched(ns)
