@@ -218,6 +218,7 @@ class ZettelqStorage:
             s.redis_url, socket_timeout=s.socket_timeout_s, **redis_kwargs(s)
         )
         self._dirty: set[str] = set()
+        self._placed: dict[str, str] = {}  #: record id -> namespace, saved since the last flush
         self._lock = threading.Lock()
 
     # writes
@@ -490,11 +491,16 @@ class ZettelqStorage:
         return [(ns, r) for ns, r in rows if r is not None]
 
     def _drop_moved(self, targets: dict[str, str]) -> None:
-        """Delete the notes of records re-saved under a scope of another namespace (as
-        organised so far: no flush, so that a save never waits on a worker)."""
-        for ns, record in self._rows(None, list(targets), fresh=False):
-            if targets[record.id] != ns:
-                self.client.delete(record.id, namespace=ns)
+        """Delete the notes of records re-saved under a scope of another namespace: those
+        organised so far, and those this storage saved since its last flush (no flush here, so
+        that a save never waits on a worker)."""
+        found = {(ns, r.id) for ns, r in self._rows(None, list(targets), fresh=False)}
+        with self._lock:
+            found |= {(self._placed[i], i) for i in targets if i in self._placed}
+            self._placed.update(targets)
+        for ns, nid in sorted(found):
+            if targets[nid] != ns:
+                self.client.delete(nid, namespace=ns)
                 self._touched(ns)
 
     def _touched(self, namespace: str) -> None:
@@ -505,6 +511,7 @@ class ZettelqStorage:
         """Flush the namespaces written since the last read (read your writes)."""
         with self._lock:
             dirty, self._dirty = self._dirty, set()
+            self._placed.clear()
         for ns in sorted(dirty):
             self.client.flush(ns)
 

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import importlib.util
+import re
 from datetime import datetime, timedelta
 from pathlib import Path
 
@@ -406,3 +407,14 @@ def test_the_crew_example_shares_memories_between_agents(client, server, chat: C
     contents = {h.content for h in stored}
     assert {ANSWERS["You are researcher"], ANSWERS["You are analyst"]} <= contents, contents
     assert {h.metadata["_crewai"]["scope"] for h in stored} == {"/facts"}
+
+
+def test_the_readme_crewai_example_runs_as_written(settings, server, monkeypatch, capsys):
+    readme = (Path(__file__).parents[2] / "README.md").read_text()
+    code = re.search(r"## CrewAI.*?```python\n(.*?)```", readme, re.S)
+    assert code is not None
+    monkeypatch.setenv("ZQ_REDIS_URL", settings.redis_url)
+    monkeypatch.setenv("ZQ_KEY_PREFIX", settings.key_prefix)
+    monkeypatch.setenv("ZQ_SHARD_COUNT", str(settings.shard_count))
+    exec(compile(code.group(1), "README CrewAI", "exec"), {})
+    assert capsys.readouterr().out == "Snowflake keys rotate every 90 days\n"
