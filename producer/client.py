@@ -106,7 +106,7 @@ class MemoryClient:
         """Best notes for ``query``. Options: k=10, hops=1, filters=None, fresh=True, timeout_s,
         as_of (see the past), diversity (0-1, MMR), min_relevance (0-1: only hits at least this
         relevant; default 0, always k hits when there are k notes), weights (per-channel, for
-        ablations)."""
+        ablations), reinforce (default True: count the hits as retrieved)."""
         return self._ask("search", namespace, query=query, **options).hits
 
     def context(
