@@ -260,11 +260,28 @@ def test_touch_records_counts_a_retrieval_as_a_search_hit_does(client, storage, 
     ns = "/".join(["crew", "crew", "writer"][: depth + 1])
     client.flush(ns)
     before = client.get(rec.id, namespace=ns)
+    assert storage.search(rec.embedding, limit=3)[0][0].id == rec.id
+    assert client.get(rec.id, namespace=ns).access_count == before.access_count
     storage.touch_records([rec.id, rec.id, "missing"])
     after = client.get(rec.id, namespace=ns)
     assert after.access_count == before.access_count + 1
     assert after.last_access > before.last_access
     assert storage.get_record(rec.id).last_accessed > rec.last_accessed
+
+
+def test_list_records_pages_newest_first(storage, embedder):
+    start = datetime(2026, 1, 1)
+    records = [
+        record(
+            embedder, f"Release {i} shipped", "/crew/writer", created_at=start + timedelta(days=i)
+        )
+        for i in range(5)
+    ]
+    storage.save(records[::2] + records[1::2])
+    newest_first = [r.id for r in reversed(records)]
+    assert [r.id for r in storage.list_records()] == newest_first
+    assert [r.id for r in storage.list_records("/crew", limit=2, offset=1)] == newest_first[1:3]
+    assert storage.list_records(offset=5) == [] and storage.list_records(limit=0) == []
 
 
 @each_depth
