@@ -54,7 +54,12 @@ def handle(ctx: WorkerContext, job: SearchJob) -> Reply | None:
 
 
 def embed(ctx: WorkerContext, job: SearchJob) -> Reply:
-    """The worker's vectors of ``job.texts``, one float32 little-endian row each."""
+    """The worker's vectors of ``job.texts``, one float32 little-endian row each; refused past
+    the producer's limits (ZQ_MAX_BATCH texts of ZQ_MAX_CONTENT_BYTES)."""
+    s = ctx.settings
+    too_long = any(len(t.encode("utf-8", "surrogatepass")) > s.max_content_bytes for t in job.texts)
+    if len(job.texts) > s.max_batch or too_long:
+        return Reply(job_id=job.job_id, ok=False, error="embed texts over ZQ_MAX_BATCH or size")
     rows = ctx.embedder.embed(job.texts).astype("<f4", copy=False)
     vectors = [row.tobytes() for row in rows]
     return Reply(job_id=job.job_id, vectors=vectors, embedder=ctx.embedder.name)

@@ -411,7 +411,7 @@ class ZettelqStorage:
             "tags": [*record.categories, *scope_tags(segments, self.scope_depth)],
             "importance": record.importance,
             "event_time": record.created_at,
-            "agent": record.source,
+            "agent": record.source or None,
         }
         return namespace_of(self.namespace, segments, self.scope_depth), item
 

@@ -3,10 +3,13 @@
 from __future__ import annotations
 
 import asyncio
+import time
 
 import pytest
 
 from producer import AsyncMemoryClient, InvalidInput
+from producer.protocol import SearchJob
+from worker import search
 
 
 def test_embed_returns_the_vectors_the_worker_gives_notes(client, ctx, server):
@@ -35,3 +38,14 @@ def test_a_search_without_reinforcement_leaves_access_counts(client, server):
     assert client.get(nid, namespace="ci").access_count == 0
     client.search("deploy pipeline", namespace="ci")
     assert client.get(nid, namespace="ci").access_count == 1
+
+
+def test_the_worker_refuses_an_embed_job_past_the_limits(ctx):
+    too_many = ["x"] * (ctx.settings.max_batch + 1)
+    too_long = ["x" * (ctx.settings.max_content_bytes + 1)]
+    for texts in (too_many, too_long):
+        job = SearchJob(
+            job_id="j1", kind="embed", namespaces=["acme"], texts=texts, deadline=time.time() + 5
+        )
+        reply = search.handle(ctx, job)
+        assert reply is not None and not reply.ok and reply.vectors == []
