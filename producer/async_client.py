@@ -24,6 +24,7 @@ from producer.core import (
     async_redis_kwargs,
     redis_errors,
     to_neighbours,
+    to_vectors,
     walk_step,
 )
 from producer.errors import InvalidInput, NotFound
@@ -109,6 +110,18 @@ class AsyncMemoryClient:
 
     async def flush(self, namespace: str | None = None, timeout_s: float | None = None) -> None:
         await self._ask("flush", namespace, timeout_s=timeout_s)
+
+    async def embed(
+        self,
+        texts: Sequence[str],
+        *,
+        namespace: str | None = None,
+        timeout_s: float | None = None,
+    ) -> list[list[float]]:
+        """The worker's embedding of each text (the vectors its notes get), in one round trip;
+        ``namespace`` only routes the request (and signs it, when namespaces have keys)."""
+        reply = await self._ask("embed", namespace, texts=texts, timeout_s=timeout_s)
+        return to_vectors(reply)
 
     async def _ask(self, kind: str, namespace: Namespaces | None, **fields: Any) -> Reply:
         with tracing.span(f"zettelq {kind}", "CLIENT"):

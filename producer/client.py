@@ -27,6 +27,7 @@ from producer.core import (
     redis_errors,
     redis_kwargs,
     to_neighbours,
+    to_vectors,
     walk_step,
 )
 from producer.errors import InvalidInput, NotFound
@@ -109,7 +110,7 @@ class MemoryClient:
         """Best notes for ``query``. Options: k=10, hops=1, filters=None, fresh=True, timeout_s,
         as_of (see the past), diversity (0-1, MMR), min_relevance (0-1: only hits at least this
         relevant; default 0, always k hits when there are k notes), weights (per-channel, for
-        ablations)."""
+        ablations), reinforce (default True: count the hits as retrieved)."""
         return self._ask("search", namespace, query=query, **options).hits
 
     def context(
@@ -126,6 +127,18 @@ class MemoryClient:
     def flush(self, namespace: str | None = None, timeout_s: float | None = None) -> None:
         """Return once everything stored to ``namespace`` before this call is organised."""
         self._ask("flush", namespace, timeout_s=timeout_s)
+
+    def embed(
+        self,
+        texts: Sequence[str],
+        *,
+        namespace: str | None = None,
+        timeout_s: float | None = None,
+    ) -> list[list[float]]:
+        """The worker's embedding of each text (the vectors its notes get), in one round trip;
+        ``namespace`` only routes the request (and signs it, when namespaces have keys)."""
+        reply = self._ask("embed", namespace, texts=texts, timeout_s=timeout_s)
+        return to_vectors(reply)
 
     def _ask(self, kind: str, namespace: Namespaces | None, **fields: Any) -> Reply:
         with tracing.span(f"zettelq {kind}", "CLIENT"):

@@ -4,6 +4,7 @@ note parsing, the enqueue script, error mapping and the Redis connection options
 
 from __future__ import annotations
 
+import struct
 import time
 from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
@@ -197,6 +198,7 @@ class ClientCore:
 
     def search_job(self, kind: str, namespace: Namespaces | None, **fields: Any) -> SearchJob:
         s = self.settings
+        texts = self._texts(fields.pop("texts", None)) if kind == "embed" else []
         unknown = set(fields) - SEARCH_OPTIONS
         if unknown:
             raise InvalidInput(f"unknown search options {sorted(unknown)}")
@@ -206,17 +208,19 @@ class ClientCore:
         timeout = fields.pop("timeout_s", None)
         timeout_s = v.check_timeout(s.reply_timeout_s if timeout is None else timeout)
         query = fields.pop("query", "")
-        if kind != "flush":
+        if kind in ("search", "context"):
             query = v.check_text(query, "query", s.max_content_bytes)
         job = SearchJob(
             job_id=new_id(),
             kind=kind,  # type: ignore[arg-type]
             namespaces=list(dict.fromkeys(self.namespace(n) for n in names)),
             query=query,
+            texts=texts,
             k=v.check_int(fields.get("k", min(10, s.max_k)), "k", 1, s.max_k),
             hops=v.check_int(fields.get("hops", 1), "hops", 0, v.MAX_HOPS),
             filters=v.check_filters(fields.get("filters"), s),
             fresh=bool(fields.get("fresh", True)),
+            reinforce=bool(fields.get("reinforce", True)),
             weights=v.check_weights(fields.get("weights")),
             as_of=v.check_time(fields.get("as_of"), "as_of"),
             diversity=v.check_unit_float(fields.get("diversity"), "diversity") or 0.0,
@@ -233,6 +237,15 @@ class ClientCore:
         if not self.signing_keys:
             return job
         return job.model_copy(update={"sig": self.signed(job.model_dump(), job.namespaces)["sig"]})
+
+    def _texts(self, texts: object) -> list[str]:
+        """embed()'s texts: 1 to ``max_batch`` of them, each a valid note content."""
+        s = self.settings
+        if isinstance(texts, str) or not isinstance(texts, Sequence):
+            raise InvalidInput("texts must be a list of str")
+        if not 0 < len(texts) <= s.max_batch:
+            raise InvalidInput(f"embed takes 1 to {s.max_batch} texts (ZQ_MAX_BATCH)")
+        return [v.check_text(t, "text", s.max_content_bytes) for t in texts]
 
     def organise_job(
         self, namespace: str | None, *, wait: bool, timeout_s: float | None, jobs: object
@@ -306,6 +319,11 @@ ORGANISATION_COUNTERS = frozenset({"insights", "superseded", "merged", "links_ca
 ORGANISATION_PREFIXES = ("llm_", "judge_", "construct_", "evolve_")
 
 
+def to_vectors(reply: Reply) -> list[list[float]]:
+    """The rows of an ``embed`` reply as lists of floats."""
+    return [list(struct.unpack(f"<{len(row) // 4}f", row)) for row in reply.vectors]
+
+
 def job_runs(counters: Mapping[str, str]) -> dict[str, JobRun]:
     """The last run of each periodic job from a namespace's stats fields run_/work_/took_<job>."""
     return {
@@ -332,6 +350,7 @@ SEARCH_OPTIONS = frozenset(
         "hops",
         "filters",
         "fresh",
+        "reinforce",
         "timeout_s",
         "weights",
         "as_of",

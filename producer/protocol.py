@@ -67,13 +67,15 @@ class DeleteJob(_Wire):
 
 
 class SearchJob(_Wire):
-    """A request a search thread serves: ``search``, ``context`` or ``flush`` (wait until
-    organised); queued where ``Keys.search_queue_of`` says (worker/routing.py)."""
+    """A request a search thread serves: ``search``, ``context``, ``flush`` (wait until
+    organised) or ``embed`` (vectors of ``texts`` by the worker's embedder); queued where
+    ``Keys.search_queue_of`` says (worker/routing.py)."""
 
     job_id: str
-    kind: Literal["search", "context", "flush"] = "search"
+    kind: Literal["search", "context", "flush", "embed"] = "search"
     namespaces: list[str]
     query: str = ""
+    texts: list[str] = Field(default_factory=list)
     k: int = 10
     hops: int = 1
     filters: dict[str, JsonValue] = Field(default_factory=dict)
@@ -82,6 +84,7 @@ class SearchJob(_Wire):
     diversity: float = 0.0
     min_relevance: float = 0.0
     fresh: bool = True
+    reinforce: bool = True  #: count the hits as retrieved (access_count, last_access)
     max_tokens: int = 2000
     deadline: float
     sig: str | None = None
@@ -154,6 +157,9 @@ class Reply(_Wire):
     hits: list[Hit] = Field(default_factory=list)
     text: str = ""
     runs: list[JobRun] = Field(default_factory=list)
+    #: an ``embed`` reply: one float32 little-endian row per text, and the embedder's name
+    vectors: list[bytes] = Field(default_factory=list)
+    embedder: str = ""
 
 
 class Note(BaseModel):

@@ -56,6 +56,8 @@ def handle(ctx: WorkerContext, job: SearchJob) -> Reply | None:
         if job.kind == "flush":
             wait_fresh(ctx, job.namespaces, job.deadline)
             return Reply(job_id=job.job_id)
+        if job.kind == "embed":
+            return embed(ctx, job)
         hits = search(ctx, job)
     except NotFresh as exc:
         return Reply(job_id=job.job_id, ok=False, error=str(exc))
@@ -73,7 +75,7 @@ def checked(s: WorkerSettings, job: SearchJob, now: float) -> SearchJob:
         raise InvalidInput(f"namespaces must be 1 to {v.MAX_NAMESPACES} distinct names")
     for ns in names:
         v.check_namespace(ns)
-    if job.kind != "flush":
+    if job.kind not in ("flush", "embed"):  # embed's texts are checked by embed()
         v.check_text(job.query, "query", s.max_content_bytes)
     v.check_int(job.k, "k", 1, s.max_k)
     v.check_int(job.hops, "hops", 0, v.MAX_HOPS)
@@ -90,6 +92,16 @@ def check_deadline(deadline: float, now: float) -> None:
     """A deadline read from Redis may be at most MAX_TIMEOUT_S (+ slack for clocks) ahead."""
     if not math.isfinite(deadline) or deadline > now + v.MAX_TIMEOUT_S + DEADLINE_SLACK_S:
         raise InvalidInput(f"deadline must be at most {v.MAX_TIMEOUT_S:.0f} s ahead")
+def embed(ctx: WorkerContext, job: SearchJob) -> Reply:
+    """The worker's vectors of ``job.texts``, one float32 little-endian row each; refused past
+    the producer's limits (ZQ_MAX_BATCH texts of ZQ_MAX_CONTENT_BYTES)."""
+    s = ctx.settings
+    too_long = any(len(t.encode("utf-8", "surrogatepass")) > s.max_content_bytes for t in job.texts)
+    if len(job.texts) > s.max_batch or too_long:
+        return Reply(job_id=job.job_id, ok=False, error="embed texts over ZQ_MAX_BATCH or size")
+    rows = ctx.embedder.embed(job.texts).astype("<f4", copy=False)
+    vectors = [row.tobytes() for row in rows]
+    return Reply(job_id=job.job_id, vectors=vectors, embedder=ctx.embedder.name)
 
 
 def search(ctx: WorkerContext, job: SearchJob) -> list[Hit]:

@@ -70,7 +70,8 @@ def serve_once(
     if reply is not None:
         pipe = BulkPipeline(ctx.redis)
         send_reply(ctx, pipe, reply)
-        search.touch(pipe, ctx.keys, reply.hits, time.time())
+        if job.reinforce:
+            search.touch(pipe, ctx.keys, reply.hits, time.time())
         execute_reply(pipe, reply.job_id)
         took = time.perf_counter() - started
         metrics.observe_search(job.kind, took)
