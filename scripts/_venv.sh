@@ -4,7 +4,7 @@
 # new or lacks them, or pyproject.toml changed since. Usage: zq_venv EXTRAS [SATISFIED_BY...]
 # for .venv, or zq_venv_at DIR EXTRAS [SATISFIED_BY...] for another venv, e.g.
 #     zq_venv worker,embedded dev    # the demo's extras; a venv with dev has them too
-#     zq_venv_at .venv-crewai dev,crewai
+#     zq_venv_at .venv-crewai worker,embedded,test,crewai
 # Each install leaves a stamp DIR/.zq-installed-EXTRAS; a stamp newer than pyproject.toml of
 # EXTRAS or of one of SATISFIED_BY means nothing to do.
 

@@ -92,6 +92,8 @@ def check_deadline(deadline: float, now: float) -> None:
     """A deadline read from Redis may be at most MAX_TIMEOUT_S (+ slack for clocks) ahead."""
     if not math.isfinite(deadline) or deadline > now + v.MAX_TIMEOUT_S + DEADLINE_SLACK_S:
         raise InvalidInput(f"deadline must be at most {v.MAX_TIMEOUT_S:.0f} s ahead")
+
+
 def embed(ctx: WorkerContext, job: SearchJob) -> Reply:
     """The worker's vectors of ``job.texts``, one float32 little-endian row each; refused past
     the producer's limits (ZQ_MAX_BATCH texts of ZQ_MAX_CONTENT_BYTES)."""
