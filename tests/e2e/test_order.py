@@ -68,6 +68,25 @@ def produce(
             time.sleep(gap_s)
 
 
+def produce_until(
+    settings: WorkerSettings,
+    expected: dict[str, str | None],
+    stop: threading.Event,
+    finished: threading.Event,
+    rounds: int = 10,
+) -> None:
+    """``produce`` round after round (OPS jobs each) until ``stop`` is set, at most ``rounds``
+    times, so that jobs keep flowing for as long as the pauses take on a slow machine; then set
+    ``finished``."""
+    try:
+        for n in range(rounds):
+            produce(settings, expected, 16 + n, jobs=range(n * OPS, (n + 1) * OPS))
+            if stop.is_set():
+                return
+    finally:
+        finished.set()
+
+
 class Holders:
     """Finds the worker process whose drain holds the shard lease, and stops it."""
 
@@ -113,14 +132,16 @@ def test_pausing_the_lease_holder_keeps_every_id_at_its_last_job(tmp_path: Path)
         expected: dict[str, str | None] = {}
         with running(settings, 2, **WORKER_ENV) as procs:
             wait_ready(settings, 2)
-            done = threading.Event()
-            producer = threading.Thread(target=produce, args=(settings, expected, 16))
+            paused_all, produced_all = threading.Event(), threading.Event()
+            producer = threading.Thread(
+                target=produce_until, args=(settings, expected, paused_all, produced_all)
+            )
             producer.start()
             try:
-                paused = Holders(r, settings, procs).pause(done)
+                paused = Holders(r, settings, procs).pause(produced_all)
             finally:
+                paused_all.set()
                 producer.join()
-                done.set()
             inbox = f"{settings.key_prefix}:{{s0}}:inbox"
             wait_until(lambda: r.xlen(inbox) == 0, timeout_s=60)
         assert paused == PAUSES
