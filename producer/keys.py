@@ -33,6 +33,10 @@ P:runs                         hash    periodic job name -> JSON of its last bea
 P:redbeat:*                    (beat)  celery-redbeat's schedule and leader lock, in the broker
 P:vcache:<embedder>:<sha256>   string  float32 vector of the text with that SHA-256 (hex) by
                                        that embedder; EX vector_cache_ttl_s
+P:token:<token_id>             hash    one HTTP/MCP bearer token: sha256 (hex) of its secret,
+                                       label, read and write (JSON lists of namespaces, ``*`` =
+                                       any), created_at (see producer/adapters/tokens.py)
+P:tokens                       set     every token id, for `zettelq token list`
 P:{ns}:note:<id>               hash    one note (fields: see producer.protocol.NOTE_FIELDS; ``src``:
                                        the inbox entry of the last store or delete applied); a
                                        deleted id never stored holds only id, status, src
@@ -144,6 +148,12 @@ class Keys:
 
     def vcache(self, embedder: str, sha256: str) -> str:
         return f"{self.prefix}:vcache:{embedder}:{sha256}"
+
+    def token(self, token_id: str) -> str:
+        return f"{self.prefix}:token:{token_id}"
+
+    def tokens(self) -> str:
+        return f"{self.prefix}:tokens"
 
     # namespace keys
     def note(self, ns: str, note_id: str) -> str:

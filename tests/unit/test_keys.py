@@ -42,6 +42,8 @@ GLOBAL_KEYS: list[Callable[[Keys], str]] = [
     lambda k: k.process("host-1-ab12cd"),
     Keys.processes,
     lambda k: k.vcache("hash-v1-d256", "ab" * 32),
+    lambda k: k.token("0123456789abcdef"),
+    Keys.tokens,
 ]
 
 

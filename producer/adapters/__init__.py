@@ -1,0 +1,1 @@
+"""Doors to zettelq from agent frameworks and other languages; each module needs its extra."""

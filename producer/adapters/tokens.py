@@ -1,0 +1,232 @@
+"""Bearer tokens for the network doors (HTTP API, MCP over HTTP): each maps to the namespaces it
+may read and those it may write.
+
+A secret looks like ``zq_<token id>_<43 random characters>``. Only its SHA-256 is kept, in the
+hash ``P:token:<token id>`` (fields ``sha256``, ``label``, ``read``, ``write``, ``created_at``);
+``P:tokens`` is the set of every token id. The secret is shown once, by ``create``, and cannot be
+recovered. Namespace grants are exact names, or ``*`` for any namespace.
+
+Whatever is read back from Redis is untrusted: a record that does not parse (or whose hash does
+not match) authenticates nobody and is skipped by ``list``.
+"""
+
+from __future__ import annotations
+
+import builtins
+import hashlib
+import hmac
+import json
+import logging
+import math
+import re
+import secrets
+import time
+from collections.abc import Iterable, Mapping
+from typing import Any
+
+import redis
+from pydantic import BaseModel, ConfigDict, ValidationError, field_validator
+from redis import asyncio as aioredis
+
+from producer import validation as v
+from producer.core import redis_errors, redis_kwargs
+from producer.errors import InvalidInput
+from producer.keys import Keys
+from producer.settings import ProducerSettings
+
+log = logging.getLogger(__name__)
+
+ANY = "*"  #: a grant of every namespace
+MAX_LABEL_CHARS = 200  #: longest token label
+MAX_GRANTS = 256  #: most namespaces one token may name for reading, and for writing
+SECRET_RE = re.compile(r"zq_([0-9a-f]{16})_[A-Za-z0-9_-]{43}")  #: the shape of a secret
+TOKEN_ID_RE = re.compile(r"[0-9a-f]{16}")  #: the shape of a token id
+FIELDS = ("sha256", "label", "read", "write", "created_at")  #: fields of a token hash
+
+
+class Grant(BaseModel):
+    """What one token may do: read and write these namespaces (``*`` = any)."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    token_id: str
+    label: str
+    read: frozenset[str]
+    write: frozenset[str]
+    created_at: float
+
+    @field_validator("read", "write", mode="after")
+    @classmethod
+    def _namespaces(cls, names: frozenset[str]) -> frozenset[str]:
+        return frozenset(check_grants(names, "namespace grants"))
+
+    def can_read(self, ns: str) -> bool:
+        return ANY in self.read or ns in self.read
+
+    def can_write(self, ns: str) -> bool:
+        return ANY in self.write or ns in self.write
+
+
+def check_grants(names: object, what: str) -> list[str]:
+    """``names`` as a sorted list of distinct namespaces or ``*``; InvalidInput otherwise."""
+    if isinstance(names, str | bytes) or not isinstance(names, Iterable):
+        raise InvalidInput(f"{what} must be a list of namespaces (or {ANY!r}), got {names!r:.80}")
+    out = sorted({name if name == ANY else v.check_namespace(name) for name in names})
+    if len(out) > MAX_GRANTS:
+        raise InvalidInput(f"{what} name {len(out)} namespaces; the limit is {MAX_GRANTS}")
+    return out
+
+
+def check_label(label: object) -> str:
+    if not isinstance(label, str) or len(label) > MAX_LABEL_CHARS:
+        raise InvalidInput(f"label must be a str of at most {MAX_LABEL_CHARS} characters")
+    if label and not label.isprintable():
+        raise InvalidInput("label must be printable text (no control characters)")
+    return label
+
+
+def digest(secret: str) -> str:
+    """SHA-256 (hex) of a secret: what is stored in its place."""
+    return hashlib.sha256(secret.encode()).hexdigest()
+
+
+def token_id_of(secret: object) -> str | None:
+    """The token id a well-formed secret carries, else None."""
+    if not isinstance(secret, str):
+        return None
+    found = SECRET_RE.fullmatch(secret)
+    return found.group(1) if found else None
+
+
+def parse_grant(token_id: str, raw: Mapping[bytes, bytes]) -> Grant | None:
+    """The Grant of a token hash read from Redis, or None when it does not parse."""
+    try:
+        fields = {name: raw[name.encode()].decode() for name in FIELDS}
+        created_at = float(fields["created_at"])
+        if not math.isfinite(created_at):
+            return None
+        return Grant(
+            token_id=token_id,
+            label=check_label(fields["label"]),
+            read=_stored_grants(fields["read"]),
+            write=_stored_grants(fields["write"]),
+            created_at=created_at,
+        )
+    except (KeyError, UnicodeDecodeError, ValueError, TypeError, ValidationError):
+        log.warning("token record is malformed token_id=%s", token_id)
+        return None
+
+
+def _stored_grants(text: str) -> frozenset[str]:
+    names = json.loads(text)
+    if not isinstance(names, list):
+        raise ValueError("stored grants are not a JSON list")
+    return frozenset(check_grants(names, "stored grants"))
+
+
+def verify(secret: str, token_id: str, raw: Mapping[bytes, bytes]) -> Grant | None:
+    """The Grant when ``raw`` (the token's hash) holds the digest of ``secret``, else None."""
+    stored = raw.get(b"sha256", b"")
+    if not hmac.compare_digest(stored, digest(secret).encode()):
+        return None
+    return parse_grant(token_id, raw)
+
+
+class TokenStore:
+    """Creates, lists, revokes and checks tokens in Redis under one key prefix."""
+
+    def __init__(self, redis: redis.Redis, key_prefix: str) -> None:
+        self._redis = redis
+        self.keys = Keys(key_prefix)
+
+    @classmethod
+    def from_settings(cls, settings: ProducerSettings) -> TokenStore:
+        client = redis.Redis.from_url(
+            settings.redis_url, socket_timeout=settings.socket_timeout_s, **redis_kwargs(settings)
+        )
+        return cls(client, settings.key_prefix)
+
+    def close(self) -> None:
+        """Close the Redis client (also one passed in)."""
+        self._redis.close()
+
+    def create(
+        self, *, read: Iterable[str] = (), write: Iterable[str] = (), label: str = ""
+    ) -> tuple[str, Grant]:
+        """A new token: its secret (shown once, never stored) and its grant."""
+        readable = check_grants(read, "read")
+        writable = check_grants(write, "write")
+        if not readable and not writable:
+            raise InvalidInput("a token needs at least one namespace to read or write")
+        token_id = secrets.token_hex(8)
+        secret = f"zq_{token_id}_{secrets.token_urlsafe(32)}"
+        grant = Grant(
+            token_id=token_id,
+            label=check_label(label),
+            read=frozenset(readable),
+            write=frozenset(writable),
+            created_at=time.time(),
+        )
+        record = {
+            "sha256": digest(secret),
+            "label": grant.label,
+            "read": json.dumps(readable),
+            "write": json.dumps(writable),
+            "created_at": repr(grant.created_at),
+        }
+        with redis_errors():
+            pipe = self._redis.pipeline(transaction=True)
+            pipe.hset(self.keys.token(token_id), mapping=record)
+            pipe.sadd(self.keys.tokens(), token_id)
+            pipe.execute()
+        return secret, grant
+
+    def revoke(self, token_id: str) -> bool:
+        """Delete a token; False when no token has that id."""
+        if not isinstance(token_id, str) or not TOKEN_ID_RE.fullmatch(token_id):
+            return False
+        with redis_errors():
+            pipe = self._redis.pipeline(transaction=True)
+            pipe.delete(self.keys.token(token_id))
+            pipe.srem(self.keys.tokens(), token_id)
+            deleted, removed = pipe.execute()
+        return bool(deleted or removed)
+
+    def list(self) -> builtins.list[Grant]:
+        """Every token's grant, oldest first (malformed records are skipped)."""
+        with redis_errors():
+            ids = sorted(
+                m.decode(errors="replace") for m in self._redis.smembers(self.keys.tokens())
+            )
+            ids = [i for i in ids if TOKEN_ID_RE.fullmatch(i)]
+            pipe = self._redis.pipeline(transaction=False)
+            for token_id in ids:
+                pipe.hgetall(self.keys.token(token_id))
+            rows: builtins.list[Any] = pipe.execute()
+        grants = [parse_grant(i, raw) for i, raw in zip(ids, rows, strict=True) if raw]
+        return sorted((g for g in grants if g is not None), key=lambda g: g.created_at)
+
+    def check(self, secret: str) -> Grant | None:
+        """The grant of this secret; None for an unknown, revoked or malformed one."""
+        token_id = token_id_of(secret)
+        if token_id is None:
+            return None
+        with redis_errors():
+            raw = self._redis.hgetall(self.keys.token(token_id))
+        return verify(secret, token_id, raw) if raw else None
+
+
+class AsyncTokenStore:
+    """``TokenStore.check`` for asyncio servers, on an asyncio Redis client."""
+
+    def __init__(self, redis: aioredis.Redis, key_prefix: str) -> None:
+        self._redis = redis
+        self.keys = Keys(key_prefix)
+
+    async def check(self, secret: str) -> Grant | None:
+        token_id = token_id_of(secret)
+        if token_id is None:
+            return None
+        with redis_errors():
+            raw = await self._redis.hgetall(self.keys.token(token_id))
+        return verify(secret, token_id, raw) if raw else None
