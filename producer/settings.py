@@ -137,6 +137,10 @@ class ProducerSettings(BaseSettings):
     organise_timeout_s: float = Field(default=120.0, gt=0, le=300)
     """How long organise() waits for a worker to run every periodic job of a namespace."""
 
+    http_max_body_bytes: int = Field(default=8_388_608, ge=1_024)
+    """Largest request body the HTTP API (zettelq serve) accepts; a larger one gets 413 before
+    it is read."""
+
 
 def describe_error(settings: BaseSettings, error: ErrorDetails, given: Mapping[str, Any]) -> str:
     """One failed check as ``ZQ_MAX_K='abc' is not a valid integer`` (a keyword argument is

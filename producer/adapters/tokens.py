@@ -30,7 +30,7 @@ from redis import asyncio as aioredis
 
 from producer import validation as v
 from producer.core import redis_errors, redis_kwargs
-from producer.errors import InvalidInput
+from producer.errors import InvalidInput, ZettelqError
 from producer.keys import Keys
 from producer.settings import ProducerSettings
 
@@ -42,6 +42,19 @@ MAX_GRANTS = 256  #: most namespaces one token may name for reading, and for wri
 SECRET_RE = re.compile(r"zq_([0-9a-f]{16})_[A-Za-z0-9_-]{43}")  #: the shape of a secret
 TOKEN_ID_RE = re.compile(r"[0-9a-f]{16}")  #: the shape of a token id
 FIELDS = ("sha256", "label", "read", "write", "created_at")  #: fields of a token hash
+
+
+class Unauthenticated(ZettelqError):
+    """No bearer token, or one that is unknown, revoked or malformed."""
+
+    def __init__(self, message: str | None = None, invalid_token: bool = False) -> None:
+        super().__init__(message)
+        #: the WWW-Authenticate challenge of an HTTP 401 (RFC 6750)
+        self.challenge = 'Bearer realm="zettelq"' + (', error="invalid_token"' * invalid_token)
+
+
+class Forbidden(ZettelqError, PermissionError):
+    """The token does not grant this namespace for this use (read or write)."""
 
 
 class Grant(BaseModel):
