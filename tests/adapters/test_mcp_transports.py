@@ -1,0 +1,181 @@
+"""``zettelq mcp`` over its two transports, as MCP clients meet it: stdio (a real subprocess
+driven by the SDK's stdio client) and streamable HTTP (the ASGI app on a real uvicorn on
+127.0.0.1, the SDK's HTTP client with a bearer token); against the real Redis, with the worker's
+code in threads of the test."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+
+import pytest
+
+pytest.importorskip("mcp", reason="the MCP server needs the mcp extra: pip install 'zettelq[mcp]'")
+
+import httpx2
+import uvicorn
+from mcp import Client, StdioServerParameters
+from mcp.client.streamable_http import streamable_http_client
+
+from producer.adapters.mcp import Found, Stored
+from producer.adapters.mcp_http import http_app
+from producer.adapters.tokens import TokenStore
+from tests.adapters.test_mcp import call, error_of, text
+from tests.conftest import drain_all
+from worker.context import WorkerContext
+from worker.devserver import free_port
+from worker.settings import WorkerSettings
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def stdio_env(**extra: str) -> dict[str, str]:
+    """The environment of a ``zettelq mcp`` child: this one's (cli_env's ZQ_ settings) and more."""
+    return {k: v for k, v in os.environ.items() if k != "ZQ_DEBUG"} | extra
+
+
+def test_stdio_subprocess_stores_and_searches_in_its_namespace(
+    cli_env: WorkerSettings, ctx: WorkerContext, server
+):
+    params = StdioServerParameters(
+        command=sys.executable,
+        args=["-m", "worker.cli", "mcp"],
+        env=stdio_env(ZQ_MCP_NAMESPACE="stdio-ns"),
+        cwd=str(ROOT),
+    )
+
+    async def main() -> None:
+        async with Client(params) as client:
+            stored = await call(client, "memory_store", content="stdio agents share one memory")
+            note_id = Stored.model_validate(stored.structured_content).id
+            await asyncio.to_thread(drain_all, ctx)
+            found = await call(client, "memory_search", query="agents share memory")
+            hits = Found.model_validate(found.structured_content).hits
+            assert [(h.id, h.namespace) for h in hits] == [(note_id, "stdio-ns")]
+
+    asyncio.run(main())
+
+
+def test_stdio_writes_nothing_but_protocol_messages_to_stdout(cli_env: WorkerSettings):
+    hello = {
+        "jsonrpc": "2.0",
+        "id": 1,
+        "method": "initialize",
+        "params": {
+            "protocolVersion": "2025-06-18",
+            "capabilities": {},
+            "clientInfo": {"name": "test", "version": "1"},
+        },
+    }
+    listed = {"jsonrpc": "2.0", "id": 2, "method": "tools/list"}
+    ready = {"jsonrpc": "2.0", "method": "notifications/initialized"}
+    lines = "".join(json.dumps(m) + "\n" for m in (hello, ready, listed))
+
+    out = subprocess.run(
+        [sys.executable, "-m", "worker.cli", "mcp"],
+        input=lines,
+        env=stdio_env(ZQ_MCP_NAMESPAC="typo"),  # its warning must go to stderr
+        capture_output=True,
+        text=True,
+        timeout=60,
+        cwd=ROOT,
+    )
+
+    assert out.returncode == 0, out.stderr
+    replies = [json.loads(line) for line in out.stdout.splitlines()]
+    assert [r["id"] for r in replies] == [1, 2]
+    assert all(r["jsonrpc"] == "2.0" and "result" in r for r in replies)
+    assert len(replies[1]["result"]["tools"]) == 9
+    assert "ZQ_MCP_NAMESPAC is not a zettelq setting" in out.stderr
+
+
+@contextmanager
+def serving(settings: WorkerSettings, timeout_s: float = 10.0) -> Iterator[str]:
+    """The MCP HTTP app on uvicorn, 127.0.0.1 and a free port, in a thread; yields its URL."""
+    port = free_port()
+    config = uvicorn.Config(http_app(settings), host="127.0.0.1", port=port, log_config=None)
+    web = uvicorn.Server(config)
+    thread = threading.Thread(target=web.run, daemon=True)
+    thread.start()
+    deadline = time.monotonic() + timeout_s
+    while not web.started:
+        assert thread.is_alive() and time.monotonic() < deadline, "uvicorn did not start"
+        time.sleep(0.01)
+    try:
+        yield f"http://127.0.0.1:{port}"
+    finally:
+        web.should_exit = True
+        thread.join(timeout_s)
+
+
+@pytest.fixture
+def tokens(settings: WorkerSettings) -> Iterator[TokenStore]:
+    store = TokenStore.from_settings(settings)
+    yield store
+    store.close()
+
+
+async def tool_call(url: str, secret: str, tool: str, namespace: str | None = None, **args):
+    headers = {"Authorization": f"Bearer {secret}"}
+    if namespace is not None:
+        headers["X-Zettelq-Namespace"] = namespace
+    async with httpx2.AsyncClient(headers=headers) as http:
+        async with Client(streamable_http_client(f"{url}/mcp", http_client=http)) as client:
+            return await client.call_tool(tool, args)
+
+
+def test_streamable_http_binds_each_call_to_its_tokens_namespace(
+    settings: WorkerSettings, ctx: WorkerContext, server, tokens: TokenStore
+):
+    alice, _ = tokens.create(write=["alice"], read=["alice"], label="alice")
+    bob, _ = tokens.create(write=["bob"], read=["bob", "shared"], label="bob")
+
+    async def main(url: str) -> None:
+        stored = await tool_call(url, alice, "memory_store", content="alice's locker code is 4711")
+        assert Stored.model_validate(stored.structured_content).namespace == "alice"
+        await asyncio.to_thread(drain_all, ctx)
+
+        mine = await tool_call(url, alice, "memory_search", query="locker code")
+        assert "4711" in text(mine)
+        theirs = await tool_call(url, bob, "memory_search", query="locker code")
+        assert Found.model_validate(theirs.structured_content).namespace == "bob"
+        assert "4711" not in text(theirs)
+        denied = await tool_call(url, bob, "memory_store", namespace="shared", content="x")
+        assert error_of(denied) == "Forbidden"
+        read_only = await tool_call(url, bob, "memory_stats", namespace="shared")
+        assert not read_only.is_error
+
+        async with httpx2.AsyncClient(base_url=url) as http:
+            assert (await http.get("/health")).json() == {"status": "ok"}
+            asked = {"X-Zettelq-Namespace": "alice", "Authorization": f"Bearer {bob}"}
+            assert (await http.post("/mcp", json={}, headers=asked)).status_code == 403
+
+    with serving(settings) as url:
+        asyncio.run(main(url))
+
+
+@pytest.mark.parametrize(
+    "authorization",
+    [None, "Bearer zq_0123456789abcdef_" + "x" * 43, "Basic dXNlcjpwYXNz", "Bearer"],
+)
+def test_streamable_http_without_a_valid_token_is_401_and_no_data(
+    settings: WorkerSettings, tokens: TokenStore, authorization: str | None
+):
+    headers = {"Authorization": authorization} if authorization else {}
+    listing = {"jsonrpc": "2.0", "id": 1, "method": "tools/list"}
+
+    with serving(settings) as url:
+        reply = httpx2.post(f"{url}/mcp", json=listing, headers=headers)
+
+    assert reply.status_code == 401
+    assert reply.headers["www-authenticate"].startswith("Bearer")
+    assert reply.json()["error"]["type"] == "Unauthenticated"
+    assert "tools" not in reply.text
