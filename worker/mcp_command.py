@@ -55,10 +55,6 @@ async def serve_stdio(settings: WorkerSettings) -> None:
 
 
 async def serve_http(settings: WorkerSettings, args: argparse.Namespace) -> None:
-    from producer.adapters.mcp_http import http_app  # first: names the missing extra
+    from producer.adapters.mcp_http import serve
 
-    import uvicorn
-
-    app = http_app(settings, path=args.path, stateless=args.stateless, host=args.host)
-    config = uvicorn.Config(app, host=args.host, port=args.port, log_config=None)
-    await uvicorn.Server(config).serve()
+    await serve(settings, host=args.host, port=args.port, path=args.path, stateless=args.stateless)

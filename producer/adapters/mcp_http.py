@@ -94,6 +94,21 @@ def http_app(
     return app
 
 
+async def serve(
+    settings: ProducerSettings,
+    *,
+    host: str,
+    port: int,
+    path: str = MCP_PATH,
+    stateless: bool = False,
+) -> None:
+    """Serve http_app on uvicorn at host:port until the process is told to stop."""
+    import uvicorn
+
+    app = http_app(settings, path=path, stateless=stateless, host=host)
+    await uvicorn.Server(uvicorn.Config(app, host=host, port=port, log_config=None)).serve()
+
+
 async def health(request: Request) -> JSONResponse:
     """Liveness: the process serves (Redis is not asked)."""
     return JSONResponse({"status": "ok"})

@@ -4,6 +4,8 @@ real Redis and the real worker code (an in-thread search server; drain_all organ
 from __future__ import annotations
 
 import asyncio
+import subprocess
+import sys
 from collections.abc import Awaitable, Callable, Iterator
 from typing import Any
 
@@ -309,3 +311,38 @@ def test_a_namespace_argument_is_ignored_and_the_bound_namespace_used(
     run(settings, "walled", scenario)
     drain_all(ctx)
     assert (client.stats("victim").notes, client.stats("walled").notes) == (0, 1)
+
+
+#: run in a fresh interpreter: producer imports no mcp module; without the mcp package, each
+#: adapter's import error names the extra
+IMPORTS = """
+import sys, producer
+print(sorted(m for m in sys.modules if m.split(".")[0] in {"mcp", "mcp_types", "starlette"}))
+sys.modules["mcp"] = None
+for module in ("producer.adapters.mcp", "producer.adapters.mcp_http"):
+    try:
+        __import__(module)
+    except ModuleNotFoundError as exc:
+        print(exc.name, exc)
+"""
+
+
+def test_producer_imports_no_mcp_and_a_missing_extra_is_named():
+    out = subprocess.run(
+        [sys.executable, "-c", IMPORTS], capture_output=True, text=True, timeout=60, check=True
+    )
+
+    needs = "mcp the MCP server needs the mcp package: pip install 'zettelq[mcp]'"
+    assert out.stdout.splitlines() == ["[]", needs, needs]
+
+
+def test_zettelq_mcp_without_the_extra_says_which_to_install():
+    code = "import sys; sys.modules['mcp'] = None; from worker.cli import main; sys.exit(main())"
+
+    out = subprocess.run(
+        [sys.executable, "-c", code, "mcp"], capture_output=True, text=True, timeout=60
+    )
+
+    assert out.returncode == 1
+    needs = "'zettelq mcp' needs the mcp extra: pip install 'zettelq[mcp]'"
+    assert out.stderr == f"zettelq: error: {needs}\n"
