@@ -8,6 +8,7 @@ from __future__ import annotations
 import asyncio
 import json
 import os
+import shutil
 import subprocess
 import sys
 import threading
@@ -15,6 +16,8 @@ import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
+from typing import Any
+from urllib.parse import urlsplit
 
 import pytest
 
@@ -32,9 +35,11 @@ from tests.adapters.test_mcp import call, error_of, text
 from tests.conftest import drain_all
 from worker.context import WorkerContext
 from worker.devserver import free_port
+from worker.mcp_command import DEFAULT_PORT
 from worker.settings import WorkerSettings
 
 ROOT = Path(__file__).resolve().parents[2]
+EXAMPLES = ROOT / "examples" / "mcp"
 
 
 def stdio_env(**extra: str) -> dict[str, str]:
@@ -42,15 +47,28 @@ def stdio_env(**extra: str) -> dict[str, str]:
     return {k: v for k, v in os.environ.items() if k != "ZQ_DEBUG"} | extra
 
 
-def test_stdio_subprocess_stores_and_searches_in_its_namespace(
+def example(name: str) -> dict[str, Any]:
+    """The one server entry of the client config examples/mcp/NAME."""
+    config = json.loads((EXAMPLES / name).read_text())
+    [entry] = config["mcpServers"].values()
+    return dict(entry)
+
+
+def test_the_claude_desktop_example_starts_a_server_that_stores_and_searches(
     cli_env: WorkerSettings, ctx: WorkerContext, server
 ):
+    entry = example("claude_desktop_config.json")
+    venv_bin = str(Path(sys.executable).parent)  # where pip put the zettelq command
+    command = shutil.which(entry["command"], path=os.pathsep.join([venv_bin, os.environ["PATH"]]))
+    assert command is not None, f"{entry['command']!r} is not a command"
+    settings_of_the_test = {k: v for k, v in os.environ.items() if k.startswith("ZQ_")}
     params = StdioServerParameters(
-        command=sys.executable,
-        args=["-m", "worker.cli", "mcp"],
-        env=stdio_env(ZQ_MCP_NAMESPACE="stdio-ns"),
+        command=command,
+        args=entry["args"],
+        env=stdio_env(**(entry["env"] | settings_of_the_test)),  # the test's Redis, not 6379
         cwd=str(ROOT),
     )
+    namespace = entry["env"]["ZQ_MCP_NAMESPACE"]
 
     async def main() -> None:
         async with Client(params) as client:
@@ -59,7 +77,7 @@ def test_stdio_subprocess_stores_and_searches_in_its_namespace(
             await asyncio.to_thread(drain_all, ctx)
             found = await call(client, "memory_search", query="agents share memory")
             hits = Found.model_validate(found.structured_content).hits
-            assert [(h.id, h.namespace) for h in hits] == [(note_id, "stdio-ns")]
+            assert [(h.id, h.namespace) for h in hits] == [(note_id, namespace)]
 
     asyncio.run(main())
 
@@ -179,3 +197,23 @@ def test_streamable_http_without_a_valid_token_is_401_and_no_data(
     assert reply.headers["www-authenticate"].startswith("Bearer")
     assert reply.json()["error"]["type"] == "Unauthenticated"
     assert "tools" not in reply.text
+
+
+def test_the_cursor_http_example_reaches_the_server_with_its_token(
+    settings: WorkerSettings, tokens: TokenStore
+):
+    entry = example("cursor_http.json")
+    secret, _ = tokens.create(read=["cursor"], write=["cursor"])
+    configured = urlsplit(entry["url"])
+    assert (configured.hostname, configured.port) == ("127.0.0.1", DEFAULT_PORT)
+    headers = {k: v.replace("${env:ZETTELQ_TOKEN}", secret) for k, v in entry["headers"].items()}
+
+    async def main(url: str) -> None:
+        async with httpx2.AsyncClient(headers=headers) as http:
+            endpoint = f"{url}{configured.path}"
+            async with Client(streamable_http_client(endpoint, http_client=http)) as client:
+                stats = await call(client, "memory_stats")
+                assert stats.structured_content["namespace"] == "cursor"
+
+    with serving(settings) as url:
+        asyncio.run(main(url))
