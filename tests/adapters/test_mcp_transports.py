@@ -217,3 +217,10 @@ def test_the_cursor_http_example_reaches_the_server_with_its_token(
 
     with serving(settings) as url:
         asyncio.run(main(url))
+
+
+def test_the_readme_shows_the_example_config():
+    section = (ROOT / "README.md").read_text().split("\n## MCP\n")[1].split("\n## ")[0]
+    shown = section.split("```json\n")[1].split("```")[0]
+
+    assert json.loads(shown) == json.loads((EXAMPLES / "claude_desktop_config.json").read_text())
