@@ -18,6 +18,7 @@ zettelq proposals list|accept|reject|revert [ID]   review evolution proposals
 zettelq migrate             convert links stored before 2026-12-01 (every worker stopped)
 zettelq check [-n NS|--all] check that notes and links are consistent (exit 1 if not)
 zettelq health [--role R] [--host H]   exit 0 when a matching process is alive (healthchecks)
+zettelq mcp [--http]        serve the memory tools to MCP clients (stdio, or streamable HTTP)
 
 Results print as a table, or with --json as one JSON object per line. An error is one line on
 stderr (``zettelq: error: ...``) with exit code 1, or 2 for bad usage, input or settings (see

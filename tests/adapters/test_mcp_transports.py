@@ -9,6 +9,7 @@ import asyncio
 import json
 import os
 import shutil
+import signal
 import subprocess
 import sys
 import threading
@@ -224,3 +225,38 @@ def test_the_readme_shows_the_example_config():
     shown = section.split("```json\n")[1].split("```")[0]
 
     assert json.loads(shown) == json.loads((EXAMPLES / "claude_desktop_config.json").read_text())
+
+
+def test_zettelq_mcp_http_serves_until_sigterm(cli_env: WorkerSettings, tokens: TokenStore):
+    secret, _ = tokens.create(read=["cli-http"], write=["cli-http"])
+    port = free_port()
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "worker.cli", "mcp", "--http", "--port", str(port), "--stateless"],
+        env=stdio_env(),
+        cwd=ROOT,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    url = f"http://127.0.0.1:{port}"
+    try:
+        deadline = time.monotonic() + 30
+        while not health_of(url):
+            assert proc.poll() is None and time.monotonic() < deadline, proc.stderr
+            time.sleep(0.1)
+        stats = asyncio.run(tool_call(url, secret, "memory_stats"))
+        assert stats.structured_content["namespace"] == "cli-http"
+    finally:
+        proc.terminate()
+        out, err = proc.communicate(timeout=15)
+
+    # uvicorn shuts down gracefully, then re-raises the SIGTERM it caught (as uvicorn does)
+    assert proc.returncode == -signal.SIGTERM, err
+    assert "Traceback" not in err and out == ""
+
+
+def health_of(url: str) -> bool:
+    try:
+        return httpx2.get(f"{url}/health").json() == {"status": "ok"}
+    except httpx2.TransportError:
+        return False
