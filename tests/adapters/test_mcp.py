@@ -29,8 +29,9 @@ from producer.adapters.mcp import (
 )
 from producer.protocol import Note, Organised, Stats
 from producer.rendering import CONTEXT_HEADER
-from tests.conftest import drain_all
+from tests.conftest import drain_all, make_settings
 from worker.context import WorkerContext
+from worker.devserver import free_port
 from worker.organiser import OrganiseServer
 from worker.settings import WorkerSettings
 
@@ -346,3 +347,15 @@ def test_zettelq_mcp_without_the_extra_says_which_to_install():
     assert out.returncode == 1
     needs = "'zettelq mcp' needs the mcp extra: pip install 'zettelq[mcp]'"
     assert out.stderr == f"zettelq: error: {needs}\n"
+
+
+def test_an_unreachable_redis_is_a_tool_error_not_a_broken_session(tmp_path):
+    dead = make_settings(tmp_path, redis_url=f"redis://127.0.0.1:{free_port()}/0", redis_retries=0)
+
+    async def scenario(client: Client) -> None:
+        for _ in range(2):  # the session survives the first failure
+            result = await client.call_tool("memory_store", {"content": "lost?"})
+
+            assert error_of(result) == "Unavailable"
+
+    run(dead, "down", scenario)
