@@ -6,7 +6,8 @@
 tool argument names: over stdio the namespace is fixed when the server is built; over HTTP
 (producer/adapters/mcp_http.py) the caller's bearer token picks it. Every tool has pydantic
 inputs and outputs (structured content) and honest ``ToolAnnotations``; a zettelq error comes
-back as a tool error whose text starts with the error's class name (``InvalidInput: ...``).
+back as a tool error naming the error's class (``Error executing tool memory_store:
+InvalidInput: content must not be empty``), and the session goes on.
 Stored text handed to the model (search hits, notes, neighbours, context) is fenced as quoted
 data (producer/rendering.py), so that stored text cannot pose as instructions.
 """
@@ -34,13 +35,12 @@ from producer.protocol import Hit, Neighbour, Note, Organised, Stats
 from producer.rendering import CONTEXT_HEADER, block_date, hit_block, memory_block
 
 #: which namespace a tool call acts on: (the call's context, whether it writes) -> namespace;
-#: raises AccessDenied when the caller may not read (or write) it
+#: raises a ZettelqError (the HTTP binding: Forbidden) when the caller may not read or write it
 Binding = Callable[[Context, bool], str]
 
 SERVER_NAME = "zettelq"  #: the name the server gives clients
-STORE_MANY_CHUNK = (
-    100  #: store_many queues its items in round trips of this many (one progress step each)
-)
+#: store_many queues its items in round trips of this many (one progress step each)
+STORE_MANY_CHUNK = 100
 INSTRUCTIONS = (
     "zettelq is a long-term memory shared by agents. memory_store saves a fact at once (it is "
     "organised in the background: linked, deduplicated, superseded); memory_search and "
@@ -294,8 +294,8 @@ class MemoryTools:
         note_id: Annotated[str, Field(description="the note to forget")],
         ctx: Context,
     ) -> Deleted:
-        """Forget a note: its deletion is queued and applied after every earlier store; its
-        links go with it. Deleting an absent note does nothing."""
+        """Forget a note: its deletion is queued and applied in order after every earlier
+        store; the note is tombstoned, leaves the index and loses its links."""
         with tool_errors():
             ns = self.binding(ctx, True)
             await self.client.delete(note_id, namespace=ns)
