@@ -15,7 +15,7 @@ import sys
 import threading
 import time
 from collections.abc import Iterator
-from contextlib import contextmanager
+from contextlib import AbstractContextManager, contextmanager
 from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
@@ -28,6 +28,7 @@ import httpx2
 import uvicorn
 from mcp import Client, StdioServerParameters
 from mcp.client.streamable_http import streamable_http_client
+from starlette.types import ASGIApp
 
 from producer.adapters.mcp import Found, Stored
 from producer.adapters.mcp_http import http_app
@@ -116,11 +117,16 @@ def test_stdio_writes_nothing_but_protocol_messages_to_stdout(cli_env: WorkerSet
     assert "ZQ_MCP_NAMESPAC is not a zettelq setting" in out.stderr
 
 
-@contextmanager
-def serving(settings: WorkerSettings, timeout_s: float = 10.0) -> Iterator[str]:
+def serving(settings: WorkerSettings) -> AbstractContextManager[str]:
     """The MCP HTTP app on uvicorn, 127.0.0.1 and a free port, in a thread; yields its URL."""
+    return serving_app(http_app(settings))
+
+
+@contextmanager
+def serving_app(app: ASGIApp, timeout_s: float = 10.0) -> Iterator[str]:
+    """``app`` on uvicorn, 127.0.0.1 and a free port, in a thread; yields its URL."""
     port = free_port()
-    config = uvicorn.Config(http_app(settings), host="127.0.0.1", port=port, log_config=None)
+    config = uvicorn.Config(app, host="127.0.0.1", port=port, log_config=None)
     web = uvicorn.Server(config)
     thread = threading.Thread(target=web.run, daemon=True)
     thread.start()
@@ -260,3 +266,20 @@ def health_of(url: str) -> bool:
         return httpx2.get(f"{url}/health").json() == {"status": "ok"}
     except httpx2.TransportError:
         return False
+
+
+def test_the_http_app_mounts_in_the_http_api(settings: WorkerSettings, tokens: TokenStore):
+    api = pytest.importorskip("producer.adapters.http", reason="the HTTP API needs zettelq[server]")
+    secret, _ = tokens.create(read=["mounted"], write=["mounted"])
+    app = api.create_app(settings, extra_mounts={"/agents": http_app(settings)})
+
+    async def main(url: str) -> None:
+        stats = await tool_call(f"{url}/agents", secret, "memory_stats")
+        assert stats.structured_content["namespace"] == "mounted"
+        async with httpx2.AsyncClient(base_url=url) as http:
+            assert (await http.get("/agents/health")).json() == {"status": "ok"}
+            assert (await http.post("/agents/mcp", json={})).status_code == 401
+            assert (await http.get("/health")).status_code == 200  # the API's own
+
+    with serving_app(app) as url:
+        asyncio.run(main(url))
