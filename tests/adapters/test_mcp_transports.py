@@ -97,24 +97,31 @@ def test_stdio_writes_nothing_but_protocol_messages_to_stdout(cli_env: WorkerSet
     }
     listed = {"jsonrpc": "2.0", "id": 2, "method": "tools/list"}
     ready = {"jsonrpc": "2.0", "method": "notifications/initialized"}
-    lines = "".join(json.dumps(m) + "\n" for m in (hello, ready, listed))
-
-    out = subprocess.run(
+    proc = subprocess.Popen(
         [sys.executable, "-m", "worker.cli", "mcp"],
-        input=lines,
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
         env=stdio_env(ZQ_MCP_NAMESPAC="typo"),  # its warning must go to stderr
-        capture_output=True,
         text=True,
-        timeout=60,
         cwd=ROOT,
     )
+    watchdog = threading.Timer(60, proc.kill)
+    watchdog.start()
+    try:
+        assert proc.stdin is not None and proc.stdout is not None
+        proc.stdin.write("".join(json.dumps(m) + "\n" for m in (hello, ready, listed)))
+        proc.stdin.flush()
+        replies = [json.loads(proc.stdout.readline()) for _ in range(2)]
+        out, err = proc.communicate()  # closes stdin: the server ends
+    finally:
+        watchdog.cancel()
 
-    assert out.returncode == 0, out.stderr
-    replies = [json.loads(line) for line in out.stdout.splitlines()]
-    assert [r["id"] for r in replies] == [1, 2]
+    assert proc.returncode == 0, err
+    assert [r["id"] for r in replies] == [1, 2] and out == ""
     assert all(r["jsonrpc"] == "2.0" and "result" in r for r in replies)
     assert len(replies[1]["result"]["tools"]) == 9
-    assert "ZQ_MCP_NAMESPAC is not a zettelq setting" in out.stderr
+    assert "ZQ_MCP_NAMESPAC is not a zettelq setting" in err
 
 
 def serving(settings: WorkerSettings) -> AbstractContextManager[str]:
