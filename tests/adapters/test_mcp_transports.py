@@ -31,8 +31,9 @@ from mcp.client.streamable_http import streamable_http_client
 from starlette.types import ASGIApp
 
 from producer.adapters.mcp import Found, Stored
-from producer.adapters.mcp_http import http_app
-from producer.adapters.tokens import TokenStore
+from producer.adapters.mcp_http import choose_namespace, http_app
+from producer.adapters.tokens import Forbidden, Grant, TokenStore
+from producer.errors import InvalidInput
 from tests.adapters.test_mcp import call, error_of, text
 from tests.conftest import drain_all
 from worker.context import WorkerContext
@@ -290,3 +291,42 @@ def test_the_http_app_mounts_in_the_http_api(settings: WorkerSettings, tokens: T
 
     with serving_app(app) as url:
         asyncio.run(main(url))
+
+
+def grant(read: set[str], write: set[str]) -> Grant:
+    return Grant(
+        token_id="0123456789abcdef",
+        label="",
+        read=frozenset(read),
+        write=frozenset(write),
+        created_at=0.0,
+    )
+
+
+@pytest.mark.parametrize(
+    ("read", "write", "asked", "chosen"),
+    [
+        ({"a"}, {"a"}, None, "a"),
+        ({"a", "b"}, {"a"}, None, "a"),  # the one write namespace
+        ({"b"}, set(), None, "b"),  # read-only: the one read namespace
+        ({"a", "b"}, {"a"}, "b", "b"),
+        ({"*"}, set(), "anything", "anything"),
+    ],
+)
+def test_the_namespace_is_the_asked_one_if_granted_else_the_only_one(read, write, asked, chosen):
+    assert choose_namespace(grant(read, write), asked) == chosen
+
+
+@pytest.mark.parametrize(
+    ("read", "write", "asked", "error"),
+    [
+        ({"a"}, {"a"}, "b", Forbidden),  # not granted
+        ({"a"}, {"a"}, "bad ns!", InvalidInput),
+        ({"a", "b"}, {"a", "b"}, None, InvalidInput),  # several: name one
+        ({"*"}, {"*"}, None, InvalidInput),
+        ({"a", "b"}, set(), None, InvalidInput),
+    ],
+)
+def test_an_ungranted_or_ambiguous_namespace_is_refused(read, write, asked, error):
+    with pytest.raises(error):
+        choose_namespace(grant(read, write), asked)
