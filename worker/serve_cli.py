@@ -1,7 +1,7 @@
 """``zettelq serve`` (the HTTP API on uvicorn) and ``zettelq token create|list|revoke`` (its bearer
 tokens). Both need ``pip install 'zettelq[server]'`` only for serving; tokens are plain Redis.
 
-zettelq serve [--host 127.0.0.1] [--port 8080]
+zettelq serve [--host 127.0.0.1] [--port 8080] [--access-log]
 zettelq token create --read NS --write NS [--label L]   prints the secret once, and its id
 zettelq token list                                      every token: id, label, grants, created
 zettelq token revoke ID
@@ -13,7 +13,7 @@ import argparse
 
 from producer.adapters.tokens import TokenStore
 from producer.errors import NotFound
-from worker.console import Handler, Printer, add_output_options
+from worker.console import Handler, Printer, add_output_options, readable
 from worker.settings import WorkerSettings
 
 DEFAULT_HOST = "127.0.0.1"  #: zettelq serve listens here unless told otherwise
@@ -26,6 +26,9 @@ def add_commands(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> di
     serve = sub.add_parser("serve", help="serve the HTTP API (needs zettelq[server])")
     serve.add_argument("--host", default=DEFAULT_HOST, help="address (default: %(default)s)")
     serve.add_argument("--port", type=int, default=DEFAULT_PORT, help="(default: %(default)s)")
+    serve.add_argument(
+        "--access-log", action="store_true", help="log every request (uvicorn's access log)"
+    )
     token = sub.add_parser("token", help="create, list or revoke HTTP API bearer tokens")
     actions = token.add_subparsers(dest="action", required=True)
     create = actions.add_parser("create", help="a new token; prints its secret once")
@@ -53,7 +56,8 @@ def _serve(settings: WorkerSettings, args: argparse.Namespace, rest: list[str]) 
 
     from producer.adapters.http import create_app
 
-    uvicorn.run(create_app(settings), host=args.host, port=args.port)
+    app = create_app(settings)
+    uvicorn.run(app, host=args.host, port=args.port, access_log=args.access_log)
     return 0
 
 
@@ -72,8 +76,7 @@ def _create(tokens: TokenStore, args: argparse.Namespace) -> None:
         f"created token {grant.token_id}; its secret is shown only now:\n{secret}\n"
         f"use it as:  Authorization: Bearer {secret}"
     )
-    fields = _row(grant.model_dump())
-    Printer.of(args).message(text, secret=secret, **fields)
+    Printer.of(args).message(text, secret=secret, **readable(_row(grant.model_dump())))
 
 
 def _list(tokens: TokenStore, args: argparse.Namespace) -> None:

@@ -27,10 +27,11 @@ from typing import Any
 import redis
 from pydantic import BaseModel, ConfigDict, ValidationError, field_validator
 from redis import asyncio as aioredis
+from redis.exceptions import ResponseError
 
 from producer import validation as v
 from producer.core import redis_errors, redis_kwargs
-from producer.errors import InvalidInput, ZettelqError
+from producer.errors import InvalidInput, ProtocolError, ZettelqError
 from producer.keys import Keys
 from producer.settings import ProducerSettings
 
@@ -137,6 +138,14 @@ def _stored_grants(text: str) -> frozenset[str]:
     return frozenset(check_grants(names, "stored grants"))
 
 
+def raise_unless_wrong_type(exc: ResponseError) -> None:
+    """Re-raise ``exc`` unless a key held another type than expected (WRONGTYPE): a token key
+    that is not a hash is not a token."""
+    if not str(exc).startswith("WRONGTYPE"):
+        raise exc
+    log.warning("a token key holds another type: %s", exc)
+
+
 def verify(secret: str, token_id: str, raw: Mapping[bytes, bytes]) -> Grant | None:
     """The Grant when ``raw`` (the token's hash) holds the digest of ``secret``, else None."""
     stored = raw.get(b"sha256", b"")
@@ -214,15 +223,22 @@ class TokenStore:
     def list(self) -> builtins.list[Grant]:
         """Every token's grant, oldest first (malformed records are skipped)."""
         with redis_errors():
-            ids = sorted(
-                m.decode(errors="replace") for m in self._redis.smembers(self.keys.tokens())
-            )
+            try:
+                members = self._redis.smembers(self.keys.tokens())
+            except ResponseError as exc:
+                raise_unless_wrong_type(exc)
+                raise ProtocolError(f"{self.keys.tokens()} is not a set") from exc
+            ids = sorted(m.decode(errors="replace") for m in members)
             ids = [i for i in ids if TOKEN_ID_RE.fullmatch(i)]
             pipe = self._redis.pipeline(transaction=False)
             for token_id in ids:
                 pipe.hgetall(self.keys.token(token_id))
-            rows: builtins.list[Any] = pipe.execute()
-        grants = [parse_grant(i, raw) for i, raw in zip(ids, rows, strict=True) if raw]
+            rows: builtins.list[Any] = pipe.execute(raise_on_error=False)
+        grants = [
+            parse_grant(i, raw)
+            for i, raw in zip(ids, rows, strict=True)
+            if raw and not isinstance(raw, ResponseError)
+        ]
         return sorted((g for g in grants if g is not None), key=lambda g: g.created_at)
 
     def check(self, secret: str) -> Grant | None:
@@ -231,7 +247,11 @@ class TokenStore:
         if token_id is None:
             return None
         with redis_errors():
-            raw = self._redis.hgetall(self.keys.token(token_id))
+            try:
+                raw = self._redis.hgetall(self.keys.token(token_id))
+            except ResponseError as exc:
+                raise_unless_wrong_type(exc)
+                return None
         return verify(secret, token_id, raw) if raw else None
 
 
@@ -247,5 +267,9 @@ class AsyncTokenStore:
         if token_id is None:
             return None
         with redis_errors():
-            raw = await self._redis.hgetall(self.keys.token(token_id))
+            try:
+                raw = await self._redis.hgetall(self.keys.token(token_id))
+            except ResponseError as exc:
+                raise_unless_wrong_type(exc)
+                return None
         return verify(secret, token_id, raw) if raw else None

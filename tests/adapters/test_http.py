@@ -5,10 +5,17 @@ bad input get typed JSON errors."""
 
 from __future__ import annotations
 
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
 import threading
 import time
 from collections.abc import AsyncIterator, Iterator, Sequence
 from contextlib import asynccontextmanager, contextmanager
+from pathlib import Path
 
 import pytest
 
@@ -109,12 +116,21 @@ def test_a_store_is_one_write_to_the_inbox_with_no_worker_running(
     auth = bearer(tokens, write=["solo"])
     fields = {"content": "queued", "tags": ["x"], "metadata": {"k": [1, {"d": None}]}}
     fields |= {"agent": "bot", "event_time": "2024-05-01T12:00:00", "importance": 0.5}
+    api.post("/v1/namespaces/solo/notes", json={"content": "warm-up"}, headers=auth)
+    redis_db.config_resetstat()
 
     stored = api.post("/v1/namespaces/solo/notes", json=fields, headers=auth)
 
     assert stored.status_code == 202
+    calls = {
+        name.removeprefix("cmdstat_"): stat["calls"]
+        for name, stat in redis_db.info("commandstats").items()
+        if name not in ("cmdstat_info", "cmdstat_config|resetstat")
+    }
+    # the token's HGETALL, then the enqueue script: its backlog check and one XADD
+    assert calls == {"hgetall": 1, "evalsha": 1, "xlen": 1, "xadd": 1}
     with MemoryClient(settings) as direct:
-        assert direct.stats("solo").pending == 1
+        assert direct.stats("solo").pending == 2
 
 
 def test_a_batch_stores_every_note_in_order(
@@ -173,6 +189,7 @@ def test_a_token_for_one_namespace_gets_403_and_no_data_from_another(
         api.post("/v1/namespaces/b/context", json={"query": "launch code"}, headers=auth),
         api.get("/v1/namespaces/b/stats", headers=auth),
         api.post("/v1/namespaces/b/notes", json={"content": "planted"}, headers=auth),
+        api.post("/v1/namespaces/b/notes", json={"content": 5, "odd": 1}, headers=auth),
         api.delete(f"/v1/namespaces/b/notes/{secret_id}", headers=auth),
         api.post("/v1/namespaces/b/flush", headers=auth),
         api.post("/v1/namespaces/b/organise", json={"wait": False}, headers=auth),
@@ -344,7 +361,10 @@ def test_openapi_lists_every_route_with_bearer_auth(api: httpx.Client) -> None:
         f"{prefix}/flush",
         f"{prefix}/organise",
     }
-    assert doc["components"]["securitySchemes"]["HTTPBearer"]["scheme"] == "bearer"
+    assert doc["components"]["securitySchemes"]["bearer"]["scheme"] == "bearer"
+    for path, operations in doc["paths"].items():
+        needed = [op.get("security") for op in operations.values()]
+        assert needed == [None if path == "/health" else [{"bearer": []}]] * len(needed)
     assert api.get("/docs").status_code == 200
     assert api.get("/health").json() == {"status": "ok"}
 
@@ -379,3 +399,65 @@ def test_a_mounted_starlette_app_is_served_with_its_lifespan(settings: WorkerSet
 
     assert answer.status_code == 200 and answer.json() == {"events": ["started"]}
     assert events == ["started", "stopped"]
+
+
+def test_an_unexpected_error_is_a_json_500_that_shows_nothing(
+    api: httpx.Client, tokens: TokenStore, redis_db, settings: WorkerSettings
+) -> None:
+    auth = bearer(tokens, read=["a"])
+    redis_db.set(f"{settings.key_prefix}:{{a}}:note:odd", "a string, not a hash")
+
+    response = api.get("/v1/namespaces/a/notes/odd", headers=auth)
+
+    assert response.status_code == 500
+    assert error_of(response) == {
+        "type": "InternalError",
+        "message": "internal error; the server log has the details",
+    }
+
+
+def test_the_readme_curl_example_runs_as_written(
+    cli_env: WorkerSettings, server: SearchServer
+) -> None:
+    if shutil.which("curl") is None:
+        pytest.skip("the README example needs curl")
+    readme = (Path(__file__).resolve().parents[2] / "README.md").read_text()
+    found = re.search(r"## HTTP API.*?```sh\n(.*?)```", readme, re.S)
+    assert found is not None
+    lines = found.group(1).splitlines()
+    assert lines[0] == "zettelq serve --port 8080 &"  # served here by uvicorn in a thread
+    with running(create_app(cli_env)) as url:
+        script = "\n".join(lines[1:]).replace("http://127.0.0.1:8080", url)
+        path = f"{Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}"
+        out = subprocess.run(
+            ["bash", "-euo", "pipefail", "-c", script],
+            env={**os.environ, "PATH": path},
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
+
+    assert out.returncode == 0, out.stderr
+    stored, end = json.JSONDecoder().raw_decode(out.stdout)  # curl prints no newline
+    found_hits = json.loads(out.stdout[end:])
+    assert [h["id"] for h in found_hits["hits"]] == [stored["id"]]
+    assert found_hits["hits"][0]["content"] == "The customer uses key-pair auth with Azure AD"
+
+
+def test_backpressure_is_429_with_retry_after_and_no_worker_is_504(
+    tokens: TokenStore, settings: WorkerSettings
+) -> None:
+    tight = settings.model_copy(update={"max_pending": 1})
+    auth = bearer(tokens, read=["a"], write=["a"])
+
+    with running(create_app(tight)) as url, httpx.Client(base_url=url, timeout=15.0) as api:
+        first = api.post("/v1/namespaces/a/notes", json={"content": "one"}, headers=auth)
+        second = api.post("/v1/namespaces/a/notes", json={"content": "two"}, headers=auth)
+        late = api.post(
+            "/v1/namespaces/a/search", json={"query": "x", "timeout_s": 0.2}, headers=auth
+        )
+
+    assert first.status_code == 202
+    assert second.status_code == 429 and second.headers["Retry-After"] == "1"
+    assert error_of(second)["type"] == "Backpressure"
+    assert late.status_code == 504 and error_of(late)["type"] == "ReplyTimeout"

@@ -48,7 +48,8 @@ def test_token_create_list_revoke_round_trip(
     assert grant is not None and grant.token_id == made["token_id"]
     assert made["read"] == ["a", "b"] and made["write"] == ["a"] and made["label"] == "bot"
     [listed] = run_json(capsys, "token", "list", "--json")
-    assert listed["token_id"] == made["token_id"] and "secret" not in listed
+    assert listed == {k: v for k, v in made.items() if k != "secret"}
+    assert str(listed["created_at"]).endswith("Z")  # ISO 8601, as every command prints times
     assert secret not in json.dumps(listed)
     [gone] = run_json(capsys, "token", "revoke", str(made["token_id"]), "--json")
     assert gone == {"token_id": made["token_id"]}
@@ -83,10 +84,8 @@ def test_zettelq_serve_answers_health_and_a_store(cli_env: WorkerSettings) -> No
     with TokenStore.from_settings(cli_env) as tokens:
         secret, _ = tokens.create(write=["s"])
     port = free_port()
-    argv = [sys.executable, "-m", "worker.cli", "serve", "--port", str(port)]
-    with subprocess.Popen(
-        argv, cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE
-    ) as proc:
+    argv = [sys.executable, "-m", "worker.cli", "serve", "--port", str(port), "--access-log"]
+    with subprocess.Popen(argv, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE) as proc:
         try:
             url = f"http://127.0.0.1:{port}"
             health = wait_for_health(httpx, url, proc)
@@ -97,10 +96,12 @@ def test_zettelq_serve_answers_health_and_a_store(cli_env: WorkerSettings) -> No
             )
         finally:
             proc.terminate()
-            proc.wait(10)
+            out, _ = proc.communicate(timeout=10)
 
     assert health.json() == {"status": "ok"}
     assert stored.status_code == 202 and len(stored.json()["id"]) > 0
+    assert b'"POST /v1/namespaces/s/notes HTTP/1.1" 202' in out  # --access-log
+    assert secret.encode() not in out
 
 
 def wait_for_health(httpx, url: str, proc: subprocess.Popen[bytes], timeout_s: float = 30.0):
@@ -123,13 +124,20 @@ def python(code: str) -> subprocess.CompletedProcess[str]:
     )
 
 
-def test_import_producer_loads_no_web_framework() -> None:
-    out = python(
+def test_import_producer_needs_no_web_framework() -> None:
+    blocked = python(
+        "import sys\n"
+        "for name in ('fastapi', 'starlette', 'uvicorn', 'httpx'):\n"
+        "    sys.modules[name] = None\n"
+        "import producer, producer.adapters.tokens, worker.serve_cli\n"
+    )
+    loaded = python(
         "import sys, producer, producer.adapters.tokens; "
         "print(sorted({'fastapi', 'starlette', 'uvicorn', 'httpx'} & set(sys.modules)))"
     )
-    assert out.returncode == 0, out.stderr
-    assert out.stdout.strip() == "[]"
+
+    assert blocked.returncode == 0, blocked.stderr
+    assert loaded.returncode == 0 and loaded.stdout.strip() == "[]", loaded.stderr
 
 
 def test_without_the_extra_the_http_module_and_serve_name_it(cli_env: WorkerSettings) -> None:

@@ -13,7 +13,7 @@ from redis import Redis
 from redis import asyncio as aioredis
 
 from producer.adapters.tokens import AsyncTokenStore, Grant, TokenStore
-from producer.errors import InvalidInput
+from producer.errors import InvalidInput, ProtocolError
 from worker.settings import WorkerSettings
 
 
@@ -194,3 +194,28 @@ def test_the_async_store_checks_like_the_sync_one(
     assert asyncio.run(check(secret + "x")) is None
     tokens.revoke(grant.token_id)
     assert asyncio.run(check(secret)) is None
+    with Redis.from_url(settings.redis_url) as r:
+        r.set(f"{settings.key_prefix}:token:{grant.token_id}", "not a hash")
+    assert asyncio.run(check(secret)) is None
+
+
+def test_a_token_key_of_another_type_authenticates_nobody(
+    tokens: TokenStore, redis_db: Redis, settings: WorkerSettings
+) -> None:
+    secret, grant = tokens.create(read=["a"])
+    _, good = tokens.create(read=["b"])
+    key = f"{settings.key_prefix}:token:{grant.token_id}"
+    redis_db.delete(key)
+    redis_db.set(key, "not a hash")
+
+    assert tokens.check(secret) is None
+    assert tokens.list() == [good]
+
+
+def test_a_token_set_of_another_type_is_a_protocol_error(
+    tokens: TokenStore, redis_db: Redis, settings: WorkerSettings
+) -> None:
+    redis_db.set(f"{settings.key_prefix}:tokens", "x")
+
+    with pytest.raises(ProtocolError, match="is not a set"):
+        tokens.list()
