@@ -106,7 +106,8 @@ async def serve(
     import uvicorn
 
     app = http_app(settings, path=path, stateless=stateless, host=host)
-    await uvicorn.Server(uvicorn.Config(app, host=host, port=port, log_config=None)).serve()
+    config = uvicorn.Config(app, host=host, port=port, log_config=None, access_log=False)
+    await uvicorn.Server(config).serve()
 
 
 async def health(request: Request) -> JSONResponse:
