@@ -89,6 +89,10 @@ class ProducerSettings(BaseSettings):
     default_namespace: str = "default"
     """Namespace used when a call names none."""
 
+    mcp_namespace: str | None = None
+    """The one namespace `zettelq mcp` over stdio binds every tool to (tools never take a
+    namespace); unset means default_namespace. Over HTTP the bearer token picks it instead."""
+
     reply_timeout_s: float = Field(default=10.0, gt=0)
     """How long search()/context()/flush() wait for a worker's reply by default."""
 

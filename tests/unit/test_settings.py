@@ -14,7 +14,11 @@ from worker.settings import OTHER_VARIABLES, WorkerSettings
 
 ROOT = Path(__file__).resolve().parents[2]
 #: tests that set misspelt ZQ_ names on purpose
-MISSPELLING = (Path(__file__), ROOT / "tests" / "integration" / "test_cli.py")
+MISSPELLING = (
+    Path(__file__),
+    ROOT / "tests" / "integration" / "test_cli.py",
+    ROOT / "tests" / "adapters" / "test_mcp_transports.py",
+)
 
 
 @pytest.mark.parametrize(

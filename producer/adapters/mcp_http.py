@@ -1,0 +1,193 @@
+"""The MCP server over streamable HTTP (``zettelq mcp --http``), each caller bound to a namespace
+by its bearer token (producer/adapters/tokens.py; ``pip install 'zettelq[mcp]'``).
+
+``http_app(settings)`` is an ASGI (Starlette) app: the MCP endpoint at ``/mcp`` and ``GET
+/health``. A guard in front of the endpoint answers 401 to a missing, unknown or revoked token
+before the request reaches the MCP server, and picks the namespace the call acts on: the one
+named by the ``X-Zettelq-Namespace`` header, which the token must grant (else 403), or without
+the header the token's one write namespace (or its one read namespace when it writes none).
+Each tool then checks the grant: a write tool needs the namespace in the token's write grant, a
+read tool in its read grant, else the tool error names ``Forbidden``. Errors of the guard are
+JSON ``{"error": {"type": ..., "message": ...}}`` as the HTTP API's are.
+
+The app can be mounted in another ASGI app (the HTTP API's ``extra_mounts``) as long as that
+app runs its lifespan, which runs the MCP session manager and closes the Redis clients.
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from dataclasses import dataclass
+
+try:
+    from mcp.server.mcpserver import Context
+    from starlette.applications import Starlette
+    from starlette.datastructures import Headers
+    from starlette.requests import Request
+    from starlette.responses import JSONResponse
+    from starlette.types import ASGIApp, Receive, Scope, Send
+except ImportError as exc:  # pragma: no cover - only without the extra
+    needs = "the MCP server needs the mcp package: pip install 'zettelq[mcp]'"
+    raise ModuleNotFoundError(needs, name="mcp") from exc
+from redis import asyncio as aioredis
+
+from producer import validation as v
+from producer.adapters.mcp import build_server
+from producer.adapters.tokens import ANY, AsyncTokenStore, Forbidden, Grant, Unauthenticated
+from producer.async_client import AsyncMemoryClient
+from producer.core import async_redis_kwargs
+from producer.errors import InvalidInput, Unavailable, ZettelqError
+from producer.settings import ProducerSettings
+
+MCP_PATH = "/mcp"  #: where the MCP endpoint is served by default
+HEALTH_PATH = "/health"  #: liveness, without a token
+NAMESPACE_HEADER = "x-zettelq-namespace"  #: picks one of the token's namespaces
+ADMISSION = "zettelq_mcp"  #: key of the request's Admission in the ASGI scope's state
+#: HTTP status of the errors the guard answers with (others: 500)
+STATUS: dict[type[ZettelqError], int] = {
+    Unauthenticated: 401,
+    Forbidden: 403,
+    InvalidInput: 400,
+    Unavailable: 503,
+}
+
+
+@dataclass(frozen=True)
+class Admission:
+    """What the guard let in: the token's grant and the namespace the request acts on."""
+
+    grant: Grant
+    namespace: str
+
+
+def http_app(
+    settings: ProducerSettings,
+    *,
+    path: str = MCP_PATH,
+    stateless: bool = False,
+    host: str = "127.0.0.1",
+) -> Starlette:
+    """The MCP endpoint at ``path`` and ``GET /health``, one AsyncMemoryClient for every caller.
+    ``stateless`` keeps no session between requests (replicas behind a load balancer);
+    ``host`` is where it listens (loopback turns on the SDK's DNS-rebinding protection)."""
+    client = AsyncMemoryClient(settings)
+    redis = aioredis.Redis.from_url(
+        settings.redis_url, socket_timeout=settings.socket_timeout_s, **async_redis_kwargs(settings)
+    )
+    server = build_server(client, granted_namespace)
+    server.custom_route(HEALTH_PATH, methods=["GET"])(health)
+    app = server.streamable_http_app(streamable_http_path=path, stateless_http=stateless, host=host)
+    sessions = app.router.lifespan_context
+
+    @asynccontextmanager
+    async def lifespan(app: Starlette) -> AsyncIterator[None]:
+        try:
+            async with sessions(app):
+                yield
+        finally:
+            await client.aclose()
+            await redis.aclose()
+
+    app.router.lifespan_context = lifespan
+    app.add_middleware(TokenGuard, tokens=AsyncTokenStore(redis, settings.key_prefix))
+    return app
+
+
+async def serve(
+    settings: ProducerSettings,
+    *,
+    host: str,
+    port: int,
+    path: str = MCP_PATH,
+    stateless: bool = False,
+) -> None:
+    """Serve http_app on uvicorn at host:port until the process is told to stop."""
+    import uvicorn
+
+    app = http_app(settings, path=path, stateless=stateless, host=host)
+    config = uvicorn.Config(app, host=host, port=port, log_config=None, access_log=False)
+    await uvicorn.Server(config).serve()
+
+
+async def health(request: Request) -> JSONResponse:
+    """Liveness: the process serves (Redis is not asked)."""
+    return JSONResponse({"status": "ok"})
+
+
+class TokenGuard:
+    """ASGI middleware: every request but ``/health`` needs a bearer token; the Admission it
+    gets is left in the scope's state for the tools (see granted_namespace)."""
+
+    def __init__(self, app: ASGIApp, tokens: AsyncTokenStore) -> None:
+        self.app = app
+        self.tokens = tokens
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http" or route_path(scope) == HEALTH_PATH:
+            await self.app(scope, receive, send)
+            return
+        try:
+            admission = await self.admit(Headers(scope=scope))
+        except ZettelqError as exc:
+            await error_response(exc)(scope, receive, send)
+            return
+        scope.setdefault("state", {})[ADMISSION] = admission
+        await self.app(scope, receive, send)
+
+    async def admit(self, headers: Headers) -> Admission:
+        scheme, _, secret = headers.get("authorization", "").partition(" ")
+        if scheme.lower() != "bearer" or not secret.strip():
+            raise Unauthenticated("this endpoint needs Authorization: Bearer <token>")
+        grant = await self.tokens.check(secret.strip())
+        if grant is None:
+            raise Unauthenticated("the token is unknown or revoked", invalid_token=True)
+        return Admission(grant, choose_namespace(grant, headers.get(NAMESPACE_HEADER)))
+
+
+def choose_namespace(grant: Grant, asked: str | None) -> str:
+    """The namespace a request acts on: ``asked`` when the grant names it (or ``*``), else the
+    grant's one write namespace, else its one read namespace."""
+    if asked is not None:
+        ns = v.check_namespace(asked)
+        if not (grant.can_read(ns) or grant.can_write(ns)):
+            raise Forbidden(f"the token grants no access to namespace {ns!r}")
+        return ns
+    for names in (grant.write, grant.read):
+        exact = sorted(names - {ANY})
+        if len(exact) == 1 and ANY not in names:
+            return exact[0]
+        if names:
+            break
+    raise InvalidInput(
+        "the token grants several namespaces: name one in the X-Zettelq-Namespace header"
+    )
+
+
+def granted_namespace(ctx: Context, write: bool) -> str:
+    """The Binding of the HTTP server: the request's namespace, if its token grants the use."""
+    state = getattr(ctx.request_context.request, "state", None)
+    admission = getattr(state, ADMISSION, None)
+    if not isinstance(admission, Admission):
+        raise Unauthenticated("this request carried no bearer token")
+    ns = admission.namespace
+    if write and not admission.grant.can_write(ns):
+        raise Forbidden(f"the token may not write namespace {ns!r}")
+    if not write and not admission.grant.can_read(ns):
+        raise Forbidden(f"the token may not read namespace {ns!r}")
+    return ns
+
+
+def route_path(scope: Scope) -> str:
+    """The request's path below where the app is mounted."""
+    path: str = scope["path"]
+    root: str = scope.get("root_path", "")
+    return path[len(root) :] if root and path.startswith(root) else path
+
+
+def error_response(exc: ZettelqError) -> JSONResponse:
+    """The guard's JSON error, as the HTTP API writes them."""
+    status = next((STATUS[c] for c in type(exc).__mro__ if c in STATUS), 500)
+    headers = {"WWW-Authenticate": exc.challenge} if isinstance(exc, Unauthenticated) else None
+    body = {"error": {"type": type(exc).__name__, "message": str(exc)}}
+    return JSONResponse(body, status_code=status, headers=headers)
