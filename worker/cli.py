@@ -39,7 +39,7 @@ from collections.abc import Sequence
 from importlib.metadata import PackageNotFoundError, version
 
 from producer.core import redis_errors
-from worker import commands, health, operations
+from worker import commands, health, operations, transfer_cli
 from worker.console import Handler
 from worker.failure import EXIT_BROKEN_PIPE, EXIT_INTERRUPTED, describe
 from worker.settings import WorkerSettings, warn_unknown_variables
@@ -55,7 +55,7 @@ TRUE = frozenset({"1", "true", "yes", "on"})
 #: the -W filter that silences Celery's warning about a worker running as root
 ROOT_WARNING = "ignore:You're running the worker with superuser privileges"
 #: modules whose add_commands(sub) adds their subcommands and returns their handlers by name
-COMMAND_MODULES = (commands, operations, health)
+COMMAND_MODULES = (commands, operations, health, transfer_cli)
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -21,8 +21,8 @@ import msgpack
 import numpy as np
 import numpy.typing as npt
 
-from producer.protocol import DeleteJob, StoreJob
-from worker import bulk, construction, llm_judge, notes, supersession
+from producer.protocol import DeleteJob, RestoreJob, StoreJob
+from worker import bulk, construction, llm_judge, notes, restore, supersession
 from worker.bulk import BulkPipeline
 from worker.commit import Pending, commit, step_of, vec_of
 from worker.context import WorkerContext
@@ -44,7 +44,7 @@ from worker.vector_cache import embed_cached
 
 log = logging.getLogger(__name__)
 
-Job = StoreJob | DeleteJob
+Job = StoreJob | DeleteJob | RestoreJob
 Entry = tuple[str, Job]  #: (inbox entry id, job)
 PART_OF_WEIGHT = 1.0  #: weight of the link from an atomic note to its source
 #: A young namespace judges keyword rarity as if it held this many more unrelated notes, so its
@@ -65,6 +65,10 @@ def handle_jobs(ctx: WorkerContext, ns: str, entries: Sequence[Entry]) -> None:
     with lock as lease:
         with lease.kept():
             for op, items in groups:
+                if op == "restore":
+                    restored = restore.restore_jobs(ctx, proj, lease, items)  # type: ignore[arg-type]
+                    index_stats = restored or index_stats
+                    continue
                 if op != "store":
                     delete_jobs(ctx, proj, lease, items)  # type: ignore[arg-type]
                     continue

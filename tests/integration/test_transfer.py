@@ -1,0 +1,276 @@
+"""JSONL export and import (docs/transfer.md) against the real Redis, with the real worker code:
+a LoCoMo conversation organised (links, merges, supersession, insights, importance), exported,
+imported into another namespace and compared field by field, links included; a second import
+adds nothing; an import stopped by a bad line mid-file and run again duplicates nothing; the
+plain-text, content-JSONL and mem0 mappings; the worker refuses a malformed restore job."""
+
+from __future__ import annotations
+
+import io
+import json
+from pathlib import Path
+from typing import Any
+
+import msgpack
+import pytest
+
+from bench.locomo import load_conversation
+from producer import NotFound
+from producer.protocol import pack, unpack_link
+from tests.conftest import drain_all
+from worker import notes
+from worker.importer import ImportLineError, content_id, import_stream
+from worker.periodic import run_job
+from worker.transfer import LOCAL_FIELDS, export_lines
+
+DATA = Path(__file__).resolve().parents[3] / "shared" / "data" / "locomo-dev" / "30.json"
+#: every periodic job that changes the graph without an LLM (judge needs one; evict drops notes)
+JOBS = ("merge", "supersede", "consolidate", "evolve", "importance")
+DUPLICATE = "Melanie: I ran a charity race for mental health last Saturday."
+T0 = 1_767_225_600.0  #: 2026-01-01 UTC
+REACT = "We chose React for the frontend because the team knows it well."
+SVELTE = "We are switching the frontend to Svelte for better performance."
+
+pytestmark = pytest.mark.skipif(not DATA.exists(), reason=f"LoCoMo sample not found at {DATA}")
+
+
+def organised_conversation(ctx, client, ns: str = "src") -> list[dict[str, Any]]:
+    """LoCoMo conversation 30 stored, organised and run through the periodic jobs, plus a
+    duplicate (merged), a changed fact (superseded) and notes with importance and tags."""
+    turns, _ = load_conversation(DATA)
+    for start in range(0, len(turns), 200):
+        client.store_many(turns[start : start + 200], namespace=ns)
+    client.store_many(
+        [
+            {"id": "dup-a", "content": DUPLICATE, "tags": ["race"], "importance": 0.9},
+            {"id": "dup-b", "content": DUPLICATE, "metadata": {"n": [1, {"x": None}]}},
+            {"id": "react", "content": REACT, "agent": "Caroline", "event_time": T0},
+        ],
+        namespace=ns,
+    )
+    drain_all(ctx)
+    client.store(SVELTE, id="svelte", event_time=T0 + 86_400, namespace=ns)
+    drain_all(ctx)
+    for job in JOBS:
+        run_job(ctx, job, ns)
+    return turns
+
+
+def exported(r, keys, ns: str) -> tuple[dict[str, Any], dict[str, dict[str, Any]]]:
+    lines = list(export_lines(r, keys, ns))
+    return lines[0], {rec["id"]: rec for rec in lines[1:]}
+
+
+def export_file(r, keys, ns: str) -> bytes:
+    return b"".join(json.dumps(line).encode() + b"\n" for line in export_lines(r, keys, ns))
+
+
+def hash_values(r, keys, ns: str, nid: str) -> dict[str, Any]:
+    """A note hash without the namespace's own fields, numbers compared as numbers."""
+    out: dict[str, Any] = {}
+    for k, raw in r.hgetall(keys.note(ns, nid)).items():
+        key = k.decode()
+        if key not in LOCAL_FIELDS:
+            value = notes.decode_field(key, raw)
+            try:
+                out[key] = float(value) if isinstance(value, str) else value
+            except ValueError:
+                out[key] = value
+    return out
+
+
+def links_of(r, keys, ns: str, nid: str) -> dict[bytes, tuple[float, dict[str, Any]]]:
+    """A note's links hash unpacked: neighbour -> (weight, metadata)."""
+    return {nb: unpack_link(raw) for nb, raw in r.hgetall(keys.links(ns, nid)).items()}
+
+
+def test_round_trip_of_an_organised_conversation_is_equal_field_by_field(settings, ctx, client):
+    organised_conversation(ctx, client)
+    r, keys = ctx.redis, ctx.keys
+    head, before = exported(r, keys, "src")
+    assert head["zettelq_export"] == 1 and head["namespace"] == "src"
+    assert head["count"] == len(before) and head["embedder"] == ctx.embedder.name
+    assert head["dims"] == ctx.embedder.dim
+    # the conversation exercised what the format has to carry
+    assert before["dup-b"]["status"] == "tombstoned" and before["dup-b"]["merged_into"] == "dup-a"
+    assert "dup-b" in before["dup-a"]["merged_from"]
+    assert before["react"]["superseded_by"] == "svelte" and "valid_to" in before["react"]
+    assert any(rec["kind"] == "insight" and rec.get("cluster") for rec in before.values())
+    assert any(link.get("back") for rec in before.values() for link in rec["links"])
+    assert sum(len(rec["links"]) for rec in before.values()) > len(before)
+
+    summary = import_stream(settings, "dst", io.BytesIO(export_file(r, keys, "src")))
+    assert summary.as_dict() == {
+        "read": len(before),
+        "imported": len(before),
+        "skipped": 0,
+        "errors": 0,
+        "format": "zettelq",
+    }
+    drain_all(ctx)
+
+    _, after = exported(r, keys, "dst")
+    assert after.keys() == before.keys()
+    for nid in before:
+        assert after[nid] == before[nid], nid
+        assert hash_values(r, keys, "dst", nid) == hash_values(r, keys, "src", nid), nid
+        assert links_of(r, keys, "dst", nid) == links_of(r, keys, "src", nid), nid
+    assert r.hgetall(keys.clusters("dst")) == r.hgetall(keys.clusters("src"))
+    assert client.stats("dst").links == client.stats("src").links
+    assert client.stats("dst").notes == client.stats("src").notes
+    assert client.get("dup-b", namespace="dst").id == "dup-a"  # a merged id finds its survivor
+    assert client.get("react", namespace="dst").superseded_by == "svelte"
+
+
+def test_restored_notes_are_searchable_and_audited(settings, ctx, client, server):
+    client.store_many(["Alice plays the cello.", "Bob repairs old bicycles."], namespace="src")
+    drain_all(ctx)
+    import_stream(settings, "dst", io.BytesIO(export_file(ctx.redis, ctx.keys, "src")))
+    drain_all(ctx)
+    hits = client.search("cello", namespace="dst", k=1)
+    assert hits[0].content == "Alice plays the cello."
+    audit = ctx.redis.xrange(ctx.keys.audit("dst"))
+    assert [e[b"op"] for _, e in audit] == [b"restore", b"restore"]
+    assert {e[b"source"].decode().split(":")[0] for _, e in audit} == {"import"}
+
+
+def test_a_second_import_adds_nothing(settings, ctx, client):
+    client.store_many(
+        [{"id": f"n{i}", "content": f"fact number {i} about rivers"} for i in range(30)],
+        namespace="src",
+    )
+    drain_all(ctx)
+    data = export_file(ctx.redis, ctx.keys, "src")
+    import_stream(settings, "dst", io.BytesIO(data))
+    drain_all(ctx)
+    stats, audit = client.stats("dst"), ctx.redis.xlen(ctx.keys.audit("dst"))
+
+    again = import_stream(settings, "dst", io.BytesIO(data))
+    assert (again.imported, again.skipped, again.read) == (0, 30, 30)
+    assert drain_all(ctx) == 0
+    assert client.stats("dst").notes == stats.notes and client.stats("dst").links == stats.links
+    assert ctx.redis.xlen(ctx.keys.audit("dst")) == audit
+
+
+def test_restores_queued_twice_before_a_worker_ran_write_each_note_once(settings, ctx, client):
+    """An import interrupted after queueing and run again before the worker caught up queues
+    the same restores twice: the worker writes each id once and each link once."""
+    client.store_many([f"the lake is frozen, day {i}" for i in range(20)], namespace="src")
+    drain_all(ctx)
+    data = export_file(ctx.redis, ctx.keys, "src")
+    first = import_stream(settings, "dst", io.BytesIO(data))
+    second = import_stream(settings, "dst", io.BytesIO(data))
+    assert first.imported == second.imported == 20  # nothing organised yet: both queued all
+    drain_all(ctx)
+    assert ctx.redis.zcard(ctx.keys.active("dst")) == 20
+    assert ctx.redis.hlen(ctx.keys.seqs("dst")) == 20
+    assert client.stats("dst").links == client.stats("src").links
+    assert exported(ctx.redis, ctx.keys, "dst")[1] == exported(ctx.redis, ctx.keys, "src")[1]
+
+
+def test_an_import_stopped_by_a_bad_line_resumes_without_duplicates(settings, ctx, client):
+    client.store_many([f"note {i} on glaciers and ice" for i in range(40)], namespace="src")
+    drain_all(ctx)
+    lines = export_file(ctx.redis, ctx.keys, "src").splitlines(keepends=True)
+    broken = [*lines[:21], b'{"id": "x", "content": 3}\n', *lines[21:]]
+
+    summary = import_stream(settings, "dst", io.BytesIO(b"".join(broken)), batch=7)
+    assert isinstance(summary.failure, ImportLineError) and summary.failure.line == 22
+    assert "content" in str(summary.failure)
+    assert (summary.imported, summary.errors) == (20, 1)
+    drain_all(ctx)
+    assert ctx.redis.zcard(ctx.keys.active("dst")) == 20
+
+    rerun = import_stream(settings, "dst", io.BytesIO(b"".join(lines)), batch=7)
+    assert (rerun.imported, rerun.skipped, rerun.failure) == (20, 20, None)
+    drain_all(ctx)
+    assert ctx.redis.zcard(ctx.keys.active("dst")) == 40
+    assert ctx.redis.hlen(ctx.keys.seqs("dst")) == 40
+    assert exported(ctx.redis, ctx.keys, "dst")[1] == exported(ctx.redis, ctx.keys, "src")[1]
+
+
+def test_skip_errors_counts_bad_lines_and_imports_the_rest(settings, ctx):
+    text = b'{"content": "one"}\nnot json\n{"content": "two", "colour": "red"}\n{"content": "3"}\n'
+    summary = import_stream(settings, "ns", io.BytesIO(text), fmt="jsonl", skip_errors=True)
+    assert summary.as_dict() == {
+        "read": 4,
+        "imported": 2,
+        "skipped": 0,
+        "errors": 2,
+        "format": "jsonl",
+    }
+    drain_all(ctx)
+    assert ctx.redis.zcard(ctx.keys.active("ns")) == 2
+
+
+def test_plain_text_lines_become_organised_notes_with_ids_from_their_content(settings, ctx, client):
+    ada = "Ada wrote the first program."
+    text = f"{ada}\n\nBabbage designed the engine.\n{ada}\n"
+    summary = import_stream(settings, "ns", io.BytesIO(text.encode()))
+    assert (summary.format, summary.read, summary.imported, summary.skipped) == ("text", 3, 2, 1)
+    drain_all(ctx)
+    note = client.get(content_id(ada), namespace="ns")
+    assert note.content == ada and note.keywords  # organised
+    again = import_stream(settings, "ns", io.BytesIO(text.encode()))
+    assert (again.imported, again.skipped) == (0, 3)
+
+
+def test_content_jsonl_keeps_the_store_fields_it_gives(settings, ctx, client):
+    line = {"id": "j1", "content": "Tea at five.", "tags": ["habit"], "agent": "a", "importance": 1}
+    import_stream(settings, "ns", io.BytesIO(json.dumps(line).encode()))
+    drain_all(ctx)
+    note = client.get("j1", namespace="ns")
+    assert (note.content, note.agent, note.importance) == ("Tea at five.", "a", 1.0)
+    assert "habit" in note.tags
+
+
+def test_mem0_get_all_output_maps_memory_metadata_agent_and_times(settings, ctx, client):
+    doc = {
+        "results": [
+            {
+                "id": "3c90c3cc-0d44-4b50-8888-8dd25736052a",
+                "memory": "Likes hiking in the Alps",
+                "hash": "abc",
+                "metadata": {"source": "chat"},
+                "created_at": "2024-07-20T02:30:00-07:00",
+                "updated_at": "2024-07-21T10:00:00+00:00",
+                "user_id": "alice",
+                "categories": ["hobbies"],
+            },
+            {"id": "not an id!", "memory": "Is vegetarian", "agent_id": "planner"},
+            {"memory": 7},
+        ]
+    }
+    summary = import_stream(
+        settings, "ns", io.BytesIO(json.dumps(doc, indent=2).encode()), skip_errors=True
+    )
+    assert (summary.format, summary.imported, summary.errors) == ("mem0", 2, 1)
+    drain_all(ctx)
+    hike = client.get("3c90c3cc-0d44-4b50-8888-8dd25736052a", namespace="ns")
+    assert hike.content == "Likes hiking in the Alps" and hike.agent == "alice"
+    assert hike.metadata["source"] == "chat"
+    assert hike.metadata["mem0"]["updated_at"] == "2024-07-21T10:00:00+00:00"
+    assert hike.event_time == 1721467800.0 and "hobbies" in hike.tags
+    veg = client.get(content_id("Is vegetarian"), namespace="ns")
+    assert veg.agent == "planner"
+
+
+def test_an_export_of_another_version_is_refused_before_anything_is_queued(settings, ctx):
+    data = b'{"zettelq_export": 2, "namespace": "x"}\n{"id": "a", "content": "c"}\n'
+    with pytest.raises(ImportLineError, match="line 1: export format version 2"):
+        import_stream(settings, "ns", io.BytesIO(data))
+    assert drain_all(ctx) == 0
+
+
+def test_the_worker_dead_letters_a_restore_job_outside_the_limits(settings, ctx, client):
+    """A restore job queued by anyone is checked again by the worker: untrusted input."""
+    job = {"v": 1, "op": "restore", "id": "evil", "ns": "ns", "content": "x", "created_at": 1.0}
+    inbox = ctx.keys.inbox(ctx.keys.shard_of("ns"))
+    for bad in ({"kind": "root"}, {"links": [{"target": "a b", "weight": 1.0}]}, {"version": 0}):
+        ctx.redis.xadd(inbox, {"j": pack({**job, **bad})})
+    drain_all(ctx)
+    reasons = [e[b"reason"].decode() for _, e in ctx.redis.xrange(ctx.keys.dead())]
+    assert len(reasons) == 3 and "kind" in reasons[0] and "id" in reasons[1]
+    with pytest.raises(NotFound):
+        client.get("evil", namespace="ns")
+    assert msgpack.unpackb(ctx.redis.xrange(ctx.keys.dead())[0][1][b"payload"])["id"] == "evil"
