@@ -8,6 +8,11 @@ from __future__ import annotations
 
 import io
 import json
+import os
+import pty
+import subprocess
+import sys
+import time
 from pathlib import Path
 from typing import Any
 
@@ -19,10 +24,13 @@ from producer import NotFound
 from producer.protocol import pack, unpack_link
 from tests.conftest import drain_all
 from worker import notes
+from worker.cli import main
 from worker.importer import ImportLineError, content_id, import_stream
+from worker.integrity import check_namespace
 from worker.periodic import run_job
 from worker.transfer import LOCAL_FIELDS, export_lines
 
+ROOT = Path(__file__).resolve().parents[2]
 DATA = Path(__file__).resolve().parents[3] / "shared" / "data" / "locomo-dev" / "30.json"
 #: every periodic job that changes the graph without an LLM (judge needs one; evict drops notes)
 JOBS = ("merge", "supersede", "consolidate", "evolve", "importance")
@@ -84,8 +92,13 @@ def links_of(r, keys, ns: str, nid: str) -> dict[bytes, tuple[float, dict[str, A
     return {nb: unpack_link(raw) for nb, raw in r.hgetall(keys.links(ns, nid)).items()}
 
 
-def test_round_trip_of_an_organised_conversation_is_equal_field_by_field(settings, ctx, client):
+def test_round_trip_of_an_organised_conversation_is_equal_field_by_field(
+    settings, ctx, client, server
+):
     organised_conversation(ctx, client)
+    for query in ("charity race", "frontend", "adoption agency"):
+        client.search(query, namespace="src", k=3)  # access counts and times
+    client.flush("src")  # served after those searches: their access counts are written
     r, keys = ctx.redis, ctx.keys
     head, before = exported(r, keys, "src")
     assert head["zettelq_export"] == 1 and head["namespace"] == "src"
@@ -98,6 +111,7 @@ def test_round_trip_of_an_organised_conversation_is_equal_field_by_field(setting
     assert any(rec["kind"] == "insight" and rec.get("cluster") for rec in before.values())
     assert any(link.get("back") for rec in before.values() for link in rec["links"])
     assert sum(len(rec["links"]) for rec in before.values()) > len(before)
+    assert any(rec["access_count"] for rec in before.values())
 
     summary = import_stream(settings, "dst", io.BytesIO(export_file(r, keys, "src")))
     assert summary.as_dict() == {
@@ -118,6 +132,7 @@ def test_round_trip_of_an_organised_conversation_is_equal_field_by_field(setting
     assert r.hgetall(keys.clusters("dst")) == r.hgetall(keys.clusters("src"))
     assert client.stats("dst").links == client.stats("src").links
     assert client.stats("dst").notes == client.stats("src").notes
+    assert check_namespace(ctx, "dst") == []
     assert client.get("dup-b", namespace="dst").id == "dup-a"  # a merged id finds its survivor
     assert client.get("react", namespace="dst").superseded_by == "svelte"
 
@@ -274,3 +289,123 @@ def test_the_worker_dead_letters_a_restore_job_outside_the_limits(settings, ctx,
     with pytest.raises(NotFound):
         client.get("evil", namespace="ns")
     assert msgpack.unpackb(ctx.redis.xrange(ctx.keys.dead())[0][1][b"payload"])["id"] == "evil"
+
+
+# ------------------------------------------------------------------------------------- CLI
+
+
+def test_cli_export_then_import_prints_a_json_summary(cli_env, ctx, client, capsys, tmp_path):
+    client.store_many([f"a walk by the sea, day {i}" for i in range(12)], namespace="src")
+    drain_all(ctx)
+    assert main(["export", "src"]) == 0
+    dump = capsys.readouterr().out
+    assert json.loads(dump.splitlines()[0])["count"] == 12
+    path = tmp_path / "notes.jsonl"
+    path.write_text(dump)
+
+    assert main(["import", "dst", str(path), "--no-progress"]) == 0
+    out, err = capsys.readouterr()
+    assert json.loads(out) == {
+        "read": 12,
+        "imported": 12,
+        "skipped": 0,
+        "errors": 0,
+        "format": "zettelq",
+    }
+    assert err == ""
+    drain_all(ctx)
+    assert exported(ctx.redis, ctx.keys, "dst")[1] == exported(ctx.redis, ctx.keys, "src")[1]
+
+    assert main(["export", "dst", "--out", str(tmp_path / "dst.jsonl")]) == 0
+    assert json.loads(capsys.readouterr().out)["exported"] == 12
+    assert len((tmp_path / "dst.jsonl").read_text().splitlines()) == 13
+
+
+def test_cli_import_stops_at_a_bad_line_with_its_number(cli_env, ctx, capsys, tmp_path):
+    path = tmp_path / "notes.txt"
+    path.write_bytes(b'{"content": "one"}\n{"content": "two"}\n{"content": ""}\n{"content": "x"}\n')
+    assert main(["import", "ns", str(path)]) == 2
+    out, err = capsys.readouterr()
+    assert json.loads(out)["imported"] == 2 and json.loads(out)["errors"] == 1
+    assert err.startswith("zettelq: error: line 3: content must not be empty")
+
+    drain_all(ctx)
+    assert main(["import", "ns", str(path), "--skip-errors"]) == 0
+    again = json.loads(capsys.readouterr().out)
+    assert (again["imported"], again["skipped"], again["errors"]) == (1, 2, 1)
+
+
+def zettelq_env(settings, **more: str) -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("ZQ_")}
+    for name in ("redis_url", "key_prefix", "shard_count"):
+        env[f"ZQ_{name.upper()}"] = str(getattr(settings, name))
+    return {**env, **more}
+
+
+def test_the_progress_bar_shows_on_a_terminal_only(settings, tmp_path):
+    path = tmp_path / "notes.txt"
+    path.write_text("".join(f"line {i} of a diary\n" for i in range(50)))
+    for extra, shown in (([], True), (["--no-progress"], False)):
+        leader, follower = pty.openpty()
+        with subprocess.Popen(
+            [sys.executable, "-m", "worker.cli", "import", f"p{shown}", str(path), *extra],
+            env=zettelq_env(settings),
+            stdout=subprocess.PIPE,
+            stderr=follower,
+            cwd=ROOT,
+        ) as proc:
+            os.close(follower)
+            out = proc.communicate(timeout=60)[0]
+        screen = read_all(leader)
+        assert proc.returncode == 0, screen
+        assert json.loads(out)["imported"] == 50
+        assert ("importing" in screen) is shown, screen
+
+
+def read_all(fd: int) -> str:
+    chunks = []
+    while True:
+        try:
+            chunk = os.read(fd, 4096)
+        except OSError:  # the terminal closed (EIO on Linux)
+            break
+        if not chunk:
+            break
+        chunks.append(chunk)
+    os.close(fd)
+    return b"".join(chunks).decode(errors="replace")
+
+
+def test_an_import_killed_halfway_and_run_again_duplicates_nothing(settings, ctx, client, tmp_path):
+    """A real ``zettelq import`` process is SIGKILLed while it waits on a full inbox (no worker
+    runs), then run again once a worker drained what it had queued."""
+    client.store_many([f"a note on tides number {i}" for i in range(120)], namespace="src")
+    drain_all(ctx)
+    path = tmp_path / "notes.jsonl"
+    path.write_bytes(export_file(ctx.redis, ctx.keys, "src"))
+    cmd = [sys.executable, "-m", "worker.cli", "import", "dst", str(path), "--batch", "10"]
+    inbox = ctx.keys.inbox(ctx.keys.shard_of("dst"))
+    with subprocess.Popen(cmd, env=zettelq_env(settings, ZQ_MAX_PENDING="40"), cwd=ROOT) as proc:
+        deadline = time.monotonic() + 30
+        while ctx.redis.xlen(inbox) < 40 and time.monotonic() < deadline:
+            time.sleep(0.05)  # a real process: wait until it has queued what the bound lets in
+        proc.kill()
+    assert ctx.redis.xlen(inbox) == 40
+    drain_all(ctx)
+    assert ctx.redis.zcard(ctx.keys.active("dst")) == 40
+
+    rerun = subprocess.run(
+        cmd, env=zettelq_env(settings), cwd=ROOT, capture_output=True, timeout=60
+    )
+    assert rerun.returncode == 0, rerun.stderr
+    assert json.loads(rerun.stdout) == {
+        "read": 120,
+        "imported": 80,
+        "skipped": 40,
+        "errors": 0,
+        "format": "zettelq",
+    }
+    drain_all(ctx)
+    assert ctx.redis.zcard(ctx.keys.active("dst")) == ctx.redis.hlen(ctx.keys.seqs("dst")) == 120
+    assert ctx.redis.xlen(ctx.keys.audit("dst")) == 120
+    assert exported(ctx.redis, ctx.keys, "dst")[1] == exported(ctx.redis, ctx.keys, "src")[1]
