@@ -36,7 +36,7 @@ from worker.transfer import FORMAT_VERSION
 log = logging.getLogger(__name__)
 
 FORMATS = ("auto", "zettelq", "jsonl", "text", "mem0")  #: what ``import --format`` takes
-DEFAULT_BATCH = 500  #: lines queued per round trip
+DEFAULT_BATCH = 500  #: lines queued per round trip (``zettelq import --batch``'s default)
 #: fields a ``{"content": ...}`` line may carry (store()'s arguments)
 STORE_LINE_FIELDS = frozenset(
     {"content", "id", "agent", "metadata", "tags", "event_time", "importance"}

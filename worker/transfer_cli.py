@@ -23,16 +23,16 @@ from worker.settings import WorkerSettings
 
 def add_commands(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> dict[str, Handler]:
     """Add this module's subcommands to ``sub``; return their handlers by name."""
-    from worker.importer import DEFAULT_BATCH, FORMATS
-
     export = sub.add_parser("export", help="write a namespace as JSONL (backup, move out)")
     export.add_argument("namespace")
     export.add_argument("--out", help="file to write (default: stdout)")
     imp = sub.add_parser("import", help="queue the notes of a file (a zettelq export, ...)")
     imp.add_argument("namespace")
     imp.add_argument("path", nargs="?", default="-", help="the file (default: stdin)")
-    imp.add_argument("--format", choices=FORMATS, default="auto")
-    imp.add_argument("--batch", type=int, default=DEFAULT_BATCH, help="lines per round trip")
+    imp.add_argument(
+        "--format", default="auto", help="auto (the default), zettelq, jsonl, text or mem0"
+    )
+    imp.add_argument("--batch", type=int, default=500, help="lines per round trip")
     imp.add_argument(
         "--skip-errors", action="store_true", help="skip and count bad lines instead of stopping"
     )
