@@ -274,17 +274,16 @@ def _json_object(number: int, text: str) -> dict[str, Any]:
 
 
 def _restore_item(target: Target, number: int, text: str) -> Item:
-    obj = _json_object(number, text)
-    ns = target.ns
+    obj = {**_json_object(number, text), "v": 1, "op": "restore", "ns": target.ns}
+    obj.pop("sig", None)
     try:
-        job = RestoreJob.model_validate({**obj, "v": 1, "op": "restore", "ns": ns, "sig": None})
+        job = RestoreJob.model_validate(obj)
         check_restore(job, target.settings)
     except ValidationError as exc:
         raise ImportLineError(number, _first_error(exc)) from exc
     except InvalidInput as exc:
         raise ImportLineError(number, str(exc)) from exc
-    data = job.model_dump(exclude_none=True)
-    return Item(number, job.id, pack(target.core.signed(data, [ns])))
+    return Item(number, job.id, pack(target.core.signed(obj, [target.ns])))
 
 
 def _first_error(exc: ValidationError) -> str:

@@ -37,7 +37,8 @@ KINDS = frozenset({"note", "insight", construction.SOURCE_KIND})  #: kinds a not
 MAX_KEYWORD_CHARS = 64  #: longest keyword a restored note may carry
 MAX_LIST_IDS = 10_000  #: most ids in a restored note's merged_from or cluster
 MAX_VERSION = 2**31  #: highest version (and access count) accepted
-LINK_CORE = frozenset({"weight", "target", "back"})  #: link fields that are not metadata
+MAX_WEIGHT = 1e6  #: highest link weight accepted
+MAX_LINK_TEXT_CHARS = 2_000  #: longest link reason or source
 
 Entry = tuple[str, RestoreJob]  #: (inbox entry id, job)
 
@@ -93,18 +94,22 @@ def _check_ids(ids: Sequence[str], name: str) -> None:
 
 
 def _check_side(side: LinkSide, s: WorkerSettings) -> None:
-    if not math.isfinite(side.weight) or not 0 <= side.weight <= 1e6:
-        raise InvalidInput("a link weight must be a finite number >= 0")
+    if not math.isfinite(side.weight) or not 0 <= side.weight <= MAX_WEIGHT:
+        raise InvalidInput(f"a link weight must be a number from 0 to {MAX_WEIGHT:g}")
     if len(side.label.encode()) > MAX_LABEL_BYTES:
         raise InvalidInput(f"a link label takes at most {MAX_LABEL_BYTES} bytes")
-    v.check_metadata(link_meta(side), s.max_metadata_bytes)
-    if side.at is not None:
-        v.check_time(side.at, "link at")
+    if len(side.reason) > MAX_LINK_TEXT_CHARS or len(side.source) > MAX_LINK_TEXT_CHARS:
+        raise InvalidInput(f"a link reason or source takes at most {MAX_LINK_TEXT_CHARS} chars")
+    if side.at is not None and not v.MIN_EPOCH_S <= side.at <= v.MAX_EPOCH_S:
+        v.check_time(side.at, "link at")  # raises the error that says why
+    if side.model_extra:
+        v.check_metadata(side.model_extra, s.max_metadata_bytes)
 
 
 def link_meta(side: LinkSide) -> dict[str, Any]:
     """The metadata stored with one end of a link (empty label, reason and source left out)."""
-    meta = {k: x for k, x in side.model_dump().items() if k not in LINK_CORE}
+    meta = {"label": side.label, "reason": side.reason, "source": side.source, "at": side.at}
+    meta.update(side.model_extra or {})
     return {k: x for k, x in meta.items() if x is not None and x != ""}
 
 

@@ -13,7 +13,7 @@ import msgpack
 from redis import Redis
 
 from producer.keys import Keys
-from producer.protocol import RestoreJob, unpack_link
+from producer.protocol import unpack_link
 from worker import notes
 from worker.bulk import BulkPipeline, fields
 
@@ -22,6 +22,17 @@ READ_CHUNK = 1_000  #: notes read per round trip by export
 #: note hash fields an export leaves out: the namespace's own (seq, namespace, the embedder
 #: and vector: the target embeds again) and the inbox bookkeeping
 LOCAL_FIELDS = frozenset({"seq", "namespace", "embedder", "vec", "src"})
+#: plain note hash fields that hold numbers (Redis keeps them as text)
+NUMBERS: dict[str, type[float] | type[int]] = {
+    "created_at": float,
+    "updated_at": float,
+    "last_access": float,
+    "importance": float,
+    "importance_auto": float,
+    "importance_prior": float,
+    "access_count": int,
+    "version": int,
+}
 
 
 def export_lines(r: Redis, keys: Keys, ns: str) -> Iterator[dict[str, Any]]:
@@ -108,11 +119,12 @@ def _record(
     links: Mapping[str, bytes],
     backs: Mapping[tuple[str, str], bytes],
 ) -> dict[str, Any]:
-    rec = {
-        k.decode(): notes.decode_field(k.decode(), x)
-        for k, x in raw.items()
-        if k.decode() not in LOCAL_FIELDS
-    }
+    rec: dict[str, Any] = {}
+    for k, x in raw.items():
+        key = k.decode()
+        if key not in LOCAL_FIELDS:
+            value = notes.decode_field(key, x)
+            rec[key] = NUMBERS[key](value) if key in NUMBERS and value is not None else value
     rec["links"] = [_link(nb, links[nb], backs.get((nid, nb))) for nb in sorted(links)]
     rec["_raw"] = raw
     return rec
@@ -128,13 +140,11 @@ def _link(target: str, packed: bytes, back: bytes | None) -> dict[str, Any]:
 
 
 def _finish(rec: dict[str, Any], clusters: Mapping[str, list[str]]) -> dict[str, Any]:
-    """A note record as its export line: typed as the restore job reads it (the hash holds
-    numbers as text), defaults and empty values left out."""
+    """A note record as its export line: None values left out, an insight's cluster added."""
     rec.pop("_raw", None)
     if rec["id"] in clusters:
         rec["cluster"] = clusters[rec["id"]]
-    job = RestoreJob.model_validate({**rec, "ns": "-"})
-    return job.model_dump(exclude={"v", "op", "ns", "sig"}, exclude_none=True)
+    return {k: x for k, x in rec.items() if x is not None}
 
 
 def write_export(r: Redis, keys: Keys, ns: str, out: TextIO) -> int:
