@@ -22,6 +22,38 @@ READ_CHUNK = 1_000  #: notes read per round trip by export
 #: note hash fields an export leaves out: the namespace's own (seq, namespace, the embedder
 #: and vector: the target embeds again) and the inbox bookkeeping
 LOCAL_FIELDS = frozenset({"seq", "namespace", "embedder", "vec", "src"})
+#: the order of a note line's fields (docs/transfer.md); any other field comes after them
+FIELD_ORDER = {
+    name: i
+    for i, name in enumerate(
+        (
+            "id",
+            "content",
+            "kind",
+            "keywords",
+            "tags",
+            "context",
+            "metadata",
+            "agent",
+            "created_at",
+            "updated_at",
+            "event_time",
+            "valid_to",
+            "superseded_by",
+            "importance",
+            "importance_auto",
+            "importance_prior",
+            "access_count",
+            "last_access",
+            "status",
+            "version",
+            "merged_from",
+            "merged_into",
+            "cluster",
+            "links",
+        )
+    )
+}
 #: plain note hash fields that hold numbers (Redis keeps them as text)
 NUMBERS: dict[str, type[float] | type[int]] = {
     "created_at": float,
@@ -144,7 +176,8 @@ def _finish(rec: dict[str, Any], clusters: Mapping[str, list[str]]) -> dict[str,
     rec.pop("_raw", None)
     if rec["id"] in clusters:
         rec["cluster"] = clusters[rec["id"]]
-    return {k: x for k, x in rec.items() if x is not None}
+    order = sorted(rec, key=lambda k: (FIELD_ORDER.get(k, len(FIELD_ORDER)), k))
+    return {k: rec[k] for k in order if rec[k] is not None}
 
 
 def write_export(r: Redis, keys: Keys, ns: str, out: TextIO) -> int:

@@ -20,11 +20,12 @@ import msgpack
 import pytest
 
 from bench.locomo import load_conversation
-from producer import NotFound
+from producer import MemoryClient, NotFound
 from producer.protocol import pack, unpack_link
-from tests.conftest import drain_all
+from tests.conftest import drain_all, make_settings
 from worker import notes
 from worker.cli import main
+from worker.context import WorkerContext
 from worker.importer import ImportLineError, content_id, import_stream
 from worker.integrity import check_namespace
 from worker.periodic import run_job
@@ -409,3 +410,24 @@ def test_an_import_killed_halfway_and_run_again_duplicates_nothing(settings, ctx
     assert ctx.redis.zcard(ctx.keys.active("dst")) == ctx.redis.hlen(ctx.keys.seqs("dst")) == 120
     assert ctx.redis.xlen(ctx.keys.audit("dst")) == 120
     assert exported(ctx.redis, ctx.keys, "dst")[1] == exported(ctx.redis, ctx.keys, "src")[1]
+
+
+def test_restore_jobs_carry_the_namespace_signature_a_worker_requires(redis_db, tmp_path):
+    keyed = make_settings(
+        tmp_path, require_signatures=True, namespace_keys={"src": "k1", "dst": "k2"}
+    )
+    unkeyed = keyed.model_copy(update={"namespace_keys": {}})
+    ctx = WorkerContext.build(keyed)
+    try:
+        with MemoryClient(keyed) as mem:
+            mem.store_many(["signed note one", "signed note two"], namespace="src")
+        drain_all(ctx)
+        data = export_file(ctx.redis, ctx.keys, "src")
+        import_stream(keyed, "dst", io.BytesIO(data))
+        import_stream(unkeyed, "other", io.BytesIO(data))
+        drain_all(ctx)
+        assert ctx.redis.zcard(ctx.keys.active("dst")) == 2
+        assert ctx.redis.zcard(ctx.keys.active("other")) == 0
+        assert ctx.redis.xlen(ctx.keys.dead()) == 2
+    finally:
+        ctx.close()
