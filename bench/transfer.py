@@ -10,7 +10,8 @@ embedder, ``ZQ_BATCH_WAIT_MS=0``), as a worker would run it but without Celery:
 2. export: ``write_export`` of that namespace to a file: notes/s and MB;
 3. import of that export into a second namespace: queueing (``import_stream``) plus the drain
    loop that restores the notes (embed, write as exported): notes/s end to end;
-4. import of the same texts as plain lines (store jobs, organised as in 1).
+4. import of the same texts as plain lines (store jobs, organised as in 1; ``--no-text`` skips
+   it).
 
 Each import rate is also given as a ratio to the baseline of the same run.
 """
@@ -56,7 +57,7 @@ def timed_import(ctx: WorkerContext, ns: str, path: Path, fmt: str) -> tuple[flo
     return queued, time.perf_counter() - started
 
 
-def run(notes: int, tmp: Path) -> dict[str, float]:
+def run(notes: int, tmp: Path, text: bool = True) -> dict[str, float]:
     texts = [_text(random.Random(1).randrange(10**8) + i) for i in range(notes)]
     with EmbeddedRedis() as server:
         settings = WorkerSettings(
@@ -83,12 +84,13 @@ def run(notes: int, tmp: Path) -> dict[str, float]:
             export_s = time.perf_counter() - started
 
             restore_queue_s, restore_s = timed_import(ctx, "dst", dump, "zettelq")
-            plain = tmp / "texts.txt"
-            plain.write_text("".join(t + "\n" for t in texts))
-            text_queue_s, text_s = timed_import(ctx, "txt", plain, "text")
+            if text:
+                plain = tmp / "texts.txt"
+                plain.write_text("".join(t + "\n" for t in texts))
+                text_queue_s, text_s = timed_import(ctx, "txt", plain, "text")
         finally:
             ctx.close()
-    return {
+    result = {
         "notes": notes,
         "baseline_notes_per_s": notes / baseline_s,
         "export_notes_per_s": notes / export_s,
@@ -96,19 +98,22 @@ def run(notes: int, tmp: Path) -> dict[str, float]:
         "restore_queue_notes_per_s": notes / restore_queue_s,
         "restore_notes_per_s": notes / restore_s,
         "restore_ratio": baseline_s / restore_s,
-        "text_queue_notes_per_s": notes / text_queue_s,
-        "text_notes_per_s": notes / text_s,
-        "text_ratio": baseline_s / text_s,
     }
+    if text:
+        result["text_queue_notes_per_s"] = notes / text_queue_s
+        result["text_notes_per_s"] = notes / text_s
+        result["text_ratio"] = baseline_s / text_s
+    return result
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--notes", type=int, default=100_000)
+    parser.add_argument("--no-text", action="store_true", help="skip step 4 (plain-text import)")
     args = parser.parse_args()
     logging.basicConfig(level=logging.WARNING)
     with tempfile.TemporaryDirectory() as tmp:
-        result = run(args.notes, Path(tmp))
+        result = run(args.notes, Path(tmp), text=not args.no_text)
     print(json.dumps({k: round(v, 2) for k, v in result.items()}))
 
 
