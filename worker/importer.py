@@ -182,7 +182,15 @@ def _queue(r: Redis, target: Target, items: list[Item], summary: Summary) -> Non
 
 
 def _enqueue(r: Redis, target: Target, payloads: list[bytes]) -> None:
-    """Append to the shard inbox, waiting while its backlog is over ``max_pending``."""
+    """Append to the shard inbox, in parts no larger than its bound (``max_pending``), each
+    waiting while the backlog leaves no room for it."""
+    bound = target.settings.max_pending
+    size = bound if 0 < bound < len(payloads) else len(payloads)
+    for start in range(0, len(payloads), size):
+        _enqueue_part(r, target, payloads[start : start + size])
+
+
+def _enqueue_part(r: Redis, target: Target, payloads: list[bytes]) -> None:
     keys = target.core.keys
     inbox = keys.inbox(keys.shard_of(target.ns))
     wait_s = BACKPRESSURE_WAIT_S

@@ -54,9 +54,10 @@ RARITY_PSEUDO_DOCS = 20
 
 def handle_jobs(ctx: WorkerContext, ns: str, entries: Sequence[Entry]) -> None:
     """Apply a namespace's jobs in inbox order (stores batched, deletes and restores in
-    between) under the namespace lock. Every write is a fenced commit, which refuses to apply once the lock is
-    lost. When the jobs start with stores, the lock is taken in the round trip that reads the
-    first round's stored notes; it is released in the one that records the index's stats."""
+    between) under the namespace lock. Every write is a fenced commit, which refuses to apply
+    once the lock is lost. When the jobs start with stores, the lock is taken in the round trip
+    that reads the first round's stored notes; it is released in the one that records the
+    index's stats."""
     lock = Lease(ctx.redis, ctx.keys.lock(ns), ctx.settings.lease_s, owner=ctx.consumer)
     proj = ctx.projection(ns)
     groups = [(op, list(group)) for op, group in groupby(entries, key=lambda e: e[1].op)]

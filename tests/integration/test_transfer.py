@@ -12,6 +12,7 @@ import os
 import pty
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 from typing import Any
@@ -429,5 +430,32 @@ def test_restore_jobs_carry_the_namespace_signature_a_worker_requires(redis_db, 
         assert ctx.redis.zcard(ctx.keys.active("dst")) == 2
         assert ctx.redis.zcard(ctx.keys.active("other")) == 0
         assert ctx.redis.xlen(ctx.keys.dead()) == 2
+    finally:
+        ctx.close()
+
+
+def test_an_inbox_bound_below_the_batch_size_is_queued_in_parts(redis_db, tmp_path):
+    """With ZQ_MAX_PENDING under --batch, the importer queues parts that fit and waits for the
+    worker (a thread draining here) between them."""
+    bounded = make_settings(tmp_path, max_pending=5)
+    ctx = WorkerContext.build(bounded)
+    done = threading.Event()
+
+    def work() -> None:
+        while not done.is_set():
+            drain_all(ctx)
+            done.wait(0.01)
+
+    worker = threading.Thread(target=work)
+    worker.start()
+    try:
+        lines = "".join(f"tide table entry {i}\n" for i in range(23)).encode()
+        summary = import_stream(bounded, "ns", io.BytesIO(lines), batch=500)
+    finally:
+        done.set()
+        worker.join()
+    try:
+        drain_all(ctx)
+        assert summary.imported == ctx.redis.zcard(ctx.keys.active("ns")) == 23
     finally:
         ctx.close()
