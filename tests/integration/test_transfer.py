@@ -459,3 +459,13 @@ def test_an_inbox_bound_below_the_batch_size_is_queued_in_parts(redis_db, tmp_pa
         assert summary.imported == ctx.redis.zcard(ctx.keys.active("ns")) == 23
     finally:
         ctx.close()
+
+
+def test_cli_import_wait_returns_once_the_notes_are_organised(
+    cli_env, ctx, server, capsys, tmp_path
+):
+    path = tmp_path / "diary.txt"
+    path.write_text("Rain all morning.\nThe ferry was late.\n")
+    assert main(["import", "diary", str(path), "--wait", "--timeout", "30"]) == 0
+    assert json.loads(capsys.readouterr().out)["imported"] == 2
+    assert ctx.redis.zcard(ctx.keys.active("diary")) == 2  # no drain here: --wait waited for it
