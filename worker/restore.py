@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import logging
 import math
+from collections import defaultdict
 from collections.abc import Sequence
 from typing import Any
 
@@ -25,6 +26,7 @@ from producer import validation as v
 from producer.errors import InvalidInput
 from producer.protocol import MAX_LABEL_BYTES, LinkSide, RestoreJob, pack_link
 from worker import construction, notes
+from worker.bulk import BulkPipeline
 from worker.context import WorkerContext
 from worker.lease import Lease
 from worker.projection import Projection, catch_up
@@ -142,9 +144,11 @@ def restore_jobs(
 def _present(ctx: WorkerContext, ns: str, ids: set[str]) -> set[str]:
     """Which of ``ids`` are active notes of ``ns``."""
     order = sorted(ids)
-    pipe = ctx.redis.pipeline(transaction=False)
+    if not order:
+        return set()
+    pipe = BulkPipeline(ctx.redis)
     for nid in order:
-        pipe.hget(ctx.keys.note(ns, nid), "status")
+        pipe.queue("HGET", ctx.keys.note(ns, nid), "status")
     return {nid for nid, status in zip(order, pipe.execute(), strict=True) if status == b"active"}
 
 
@@ -168,18 +172,16 @@ def _commit(
     for w in live:
         w.vec = vec_of[w.id]
     dead = [w for w in writes if w.id not in vec_of]
-    written: set[str] = set()
+    link_args, links = _plan_links(ctx, ns, todo, vec_of, stored)
     with lease.fenced() as pipe:
         if live:
             notes.write_notes(pipe, keys, ns, live, s.changelog_max)
         for w in dead:
             _write_tombstone(pipe, ctx, ns, w)
         pipe.execute_command("INCRBY", keys.seq(ns), len(writes))
-        links = 0
+        for key, args in link_args.items():
+            pipe.execute_command("HSET", key, *args)
         for (eid, job), w in zip(todo, writes, strict=True):
-            if w.id in vec_of:
-                links += _write_links(pipe, ctx, ns, job, stored | written)
-                written.add(w.id)
             if job.cluster is not None:
                 pipe.hset(keys.clusters(ns), job.id, msgpack.packb(list(job.cluster)))
             notes.audit(
@@ -218,17 +220,30 @@ def _write_tombstone(pipe: Pipeline, ctx: WorkerContext, ns: str, w: notes.NoteW
     pipe.execute_command("ZADD", keys.tombstoned(ns), w.fields.get("updated_at") or 0.0, w.id)
 
 
-def _write_links(
-    pipe: Pipeline, ctx: WorkerContext, ns: str, job: RestoreJob, present: set[str]
-) -> int:
-    """Both ends of each link of ``job`` whose other note is already there (restored earlier in
-    the batch, or stored before); returns how many links were written."""
+def _plan_links(
+    ctx: WorkerContext, ns: str, todo: list[Entry], vec_of: dict[str, bytes], stored: set[str]
+) -> tuple[dict[str, list[Any]], int]:
+    """The HSET arguments of each links hash the batch writes, and how many links: both ends of
+    each link whose other note is already there (stored before, or restored earlier in the
+    batch), each end as its note's line gives it."""
+    present = set(stored)
+    args: dict[str, list[Any]] = defaultdict(list)
     count = 0
-    for link in job.links:
-        if link.target not in present or link.target == job.id:
+    for _, job in todo:
+        if job.id not in vec_of:
             continue
-        back = link.back or link
-        pipe.hset(ctx.keys.links(ns, job.id), link.target, pack_link(link.weight, link_meta(link)))
-        pipe.hset(ctx.keys.links(ns, link.target), job.id, pack_link(back.weight, link_meta(back)))
-        count += 1
-    return count
+        for link in job.links:
+            if link.target not in present or link.target == job.id:
+                continue
+            back = link.back or link
+            args[ctx.keys.links(ns, job.id)] += (
+                link.target,
+                pack_link(link.weight, link_meta(link)),
+            )
+            args[ctx.keys.links(ns, link.target)] += (
+                job.id,
+                pack_link(back.weight, link_meta(back)),
+            )
+            count += 1
+        present.add(job.id)
+    return args, count
