@@ -2,7 +2,8 @@
 a LoCoMo conversation organised (links, merges, supersession, insights, importance), exported,
 imported into another namespace and compared field by field, links included; a second import
 adds nothing; an import stopped by a bad line mid-file and run again duplicates nothing; the
-plain-text, content-JSONL and mem0 mappings; the worker refuses a malformed restore job."""
+plain-text, content-JSONL and mem0 mappings; atomic notes; signatures; the worker refuses a
+malformed restore job; the CLI (summary, bad lines, progress bar, --wait, a SIGKILLed run)."""
 
 from __future__ import annotations
 
@@ -24,7 +25,9 @@ from bench.locomo import load_conversation
 from producer import MemoryClient, NotFound
 from producer.protocol import pack, unpack_link
 from tests.conftest import drain_all, make_settings
-from worker import notes
+from tests.integration.chat_server import answer_with, chat
+from tests.integration.test_construction import LONG, build, describe
+from worker import construction, notes
 from worker.cli import main
 from worker.context import WorkerContext
 from worker.importer import ImportLineError, content_id, import_stream
@@ -41,7 +44,7 @@ T0 = 1_767_225_600.0  #: 2026-01-01 UTC
 REACT = "We chose React for the frontend because the team knows it well."
 SVELTE = "We are switching the frontend to Svelte for better performance."
 
-pytestmark = pytest.mark.skipif(not DATA.exists(), reason=f"LoCoMo sample not found at {DATA}")
+__all__ = ["chat"]
 
 
 def organised_conversation(ctx, client, ns: str = "src") -> list[dict[str, Any]]:
@@ -94,6 +97,7 @@ def links_of(r, keys, ns: str, nid: str) -> dict[bytes, tuple[float, dict[str, A
     return {nb: unpack_link(raw) for nb, raw in r.hgetall(keys.links(ns, nid)).items()}
 
 
+@pytest.mark.skipif(not DATA.exists(), reason=f"LoCoMo sample not found at {DATA}")
 def test_round_trip_of_an_organised_conversation_is_equal_field_by_field(
     settings, ctx, client, server
 ):
@@ -469,3 +473,27 @@ def test_cli_import_wait_returns_once_the_notes_are_organised(
     assert main(["import", "diary", str(path), "--wait", "--timeout", "30"]) == 0
     assert json.loads(capsys.readouterr().out)["imported"] == 2
     assert ctx.redis.zcard(ctx.keys.active("diary")) == 2  # no drain here: --wait waited for it
+
+
+def test_atomic_notes_and_their_source_round_trip_without_asking_the_model(
+    redis_db, tmp_path, chat
+):
+    """An input split into atomic notes (ZQ_ATOMISE, the loopback chat server) comes back as
+    the same source note, atoms, part_of metadata and links; restoring calls no model."""
+    chat.reply_with(answer_with(describe))
+    ctx = build(tmp_path, chat.url)
+    try:
+        with MemoryClient(ctx.settings) as mem:
+            nid = mem.store(LONG, namespace="a", metadata={"m": 1})
+        drain_all(ctx)
+        import_stream(ctx.settings, "b", io.BytesIO(export_file(ctx.redis, ctx.keys, "a")))
+        drain_all(ctx)
+        before, after = exported(ctx.redis, ctx.keys, "a")[1], exported(ctx.redis, ctx.keys, "b")[1]
+    finally:
+        ctx.close()
+    assert after == before and len(before) == 4
+    assert before[nid]["kind"] == "source"
+    atom = before[construction.atom_id(nid, 1)]
+    assert atom["metadata"] == {"m": 1, "part_of": nid}
+    assert any(link["target"] == nid and "part_of" in link["reason"] for link in atom["links"])
+    assert len(chat.requests) == 1  # the source's construction; the restore asked nothing
