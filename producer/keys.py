@@ -6,10 +6,11 @@ and its multi-key updates stay atomic. Shard keys carry the tag ``{s<N>}``.
 =============================  ======  ==========================================================
 key                            type    contents
 =============================  ======  ==========================================================
-P:{sN}:inbox                   stream  packed jobs (store/delete, field ``j``) for the namespaces
-                                       of shard N; consumer group ``zq``; entries deleted once
-                                       committed; a job re-queued by ``zettelq dead retry`` also
-                                       has ``o``, the entry id it was first queued under
+P:{sN}:inbox                   stream  packed jobs (store/delete/restore, field ``j``) for the
+                                       namespaces of shard N; consumer group ``zq``; entries
+                                       deleted once committed; a job re-queued by ``zettelq dead
+                                       retry`` also has ``o``, the entry id it was first queued
+                                       under
 P:{sN}:lease                   string  token of the worker draining shard N (PX lease_ms)
 P:{sN}:kicked                  string  set while a drain task for shard N is queued
 P:{sN}:drainer                 string  the worker process that last drained shard N

@@ -66,6 +66,61 @@ class DeleteJob(_Wire):
     tp: str | None = None
 
 
+class LinkSide(BaseModel):
+    """One end of a link as exported and restored: its weight and metadata (relation label,
+    reason, provenance, time; other metadata keys, such as a supersession's ``why``, are kept
+    as extra fields)."""
+
+    model_config = ConfigDict(frozen=True, extra="allow")
+    weight: float
+    label: str = ""
+    reason: str = ""
+    source: str = ""
+    at: float | None = None
+
+
+class RestoreLink(LinkSide):
+    """A link of a restored note to ``target``: this note's end, and the target's end
+    (``back``) when that differs."""
+
+    target: str
+    back: LinkSide | None = None
+
+
+class RestoreJob(_Wire):
+    """Write a note exactly as exported (``zettelq import``, docs/transfer.md): its fields,
+    its links to notes already there, and the cluster an insight abstracts. Never re-judged or
+    re-linked; a no-op when the id is already a note. ``created_at`` is the note's own."""
+
+    op: Literal["restore"] = "restore"
+    id: str
+    ns: str
+    content: str
+    kind: str = "note"
+    keywords: list[str] = Field(default_factory=list)
+    tags: list[str] = Field(default_factory=list)
+    context: str = ""
+    metadata: dict[str, JsonValue] = Field(default_factory=dict)
+    agent: str | None = None
+    created_at: float
+    updated_at: float | None = None
+    event_time: float | None = None
+    valid_to: float | None = None
+    superseded_by: str | None = None
+    importance: float = 0.5
+    importance_auto: float | None = None  #: the importance job's last score
+    importance_prior: float | None = None  #: the importance the caller or judge gave
+    access_count: int = 0
+    last_access: float = 0.0
+    version: int = 1
+    status: Literal["active", "tombstoned"] = "active"
+    merged_from: list[str] = Field(default_factory=list)
+    merged_into: str | None = None
+    links: list[RestoreLink] = Field(default_factory=list)
+    cluster: list[str] | None = None
+    sig: str | None = None
+
+
 class SearchJob(_Wire):
     """A request a search thread serves: ``search``, ``context``, ``flush`` (wait until
     organised) or ``embed`` (vectors of ``texts`` by the worker's embedder); queued where

@@ -22,6 +22,8 @@ zettelq top [-n NS]         a live view of shards, backlog, leases, searches, de
 zettelq graph NS --html PATH            one offline page of the notes and links (or --graphml PATH,
                                         --cytoscape-json PATH)
 zettelq mcp [--http]        serve the memory tools to MCP clients (stdio, or streamable HTTP)
+zettelq serve               the HTTP API        zettelq token create|list|revoke   its tokens
+zettelq export NS           a namespace as JSONL  zettelq import NS FILE   restore or move in
 
 Results print as a table, or with --json as one JSON object per line. An error is one line on
 stderr (``zettelq: error: ...``) with exit code 1, or 2 for bad usage, input or settings (see
@@ -45,7 +47,7 @@ from importlib.metadata import PackageNotFoundError, version
 from pathlib import Path
 
 from producer.core import redis_errors
-from worker import commands, health, mcp_command, operations, serve_cli, top
+from worker import commands, health, mcp_command, operations, serve_cli, top, transfer_cli
 from worker.console import Handler
 from worker.explorer import command as graph_command
 from worker.failure import EXIT_BROKEN_PIPE, EXIT_INTERRUPTED, describe
@@ -62,7 +64,16 @@ TRUE = frozenset({"1", "true", "yes", "on"})
 #: the -W filter that silences Celery's warning about a worker running as root
 ROOT_WARNING = "ignore:You're running the worker with superuser privileges"
 #: modules whose add_commands(sub) adds their subcommands and returns their handlers by name
-COMMAND_MODULES = (commands, operations, health, top, graph_command, serve_cli, mcp_command)
+COMMAND_MODULES = (
+    commands,
+    operations,
+    health,
+    top,
+    graph_command,
+    serve_cli,
+    mcp_command,
+    transfer_cli,
+)
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -27,17 +27,18 @@ from producer.protocol import (
     PROTOCOL_VERSION,
     DeleteJob,
     JobHead,
+    RestoreJob,
     StoreJob,
     unpack,
     unpack_raw,
     validate,
 )
-from worker import metrics, notes, tracing
+from worker import metrics, notes, restore, tracing
 from worker.context import WorkerContext
 from worker.deadletter import ORIGIN_FIELD
 from worker.dispatch import GROUP, kick
 from worker.embedding import EmbedderUnavailable
-from worker.ingest import Entry, handle_jobs
+from worker.ingest import Entry, Job, handle_jobs
 from worker.lease import Lease, LeaseLost
 from worker.signing import SignatureRejected, check_signature
 
@@ -251,7 +252,7 @@ def _refuse(
     shard: int,
     entry_id: str,
     payload: bytes,
-    job: StoreJob | DeleteJob,
+    job: Job,
     reason: str,
 ) -> None:
     """Dead-letter a job that failed its signature check and audit the refusal in its namespace."""
@@ -306,7 +307,7 @@ def origin(raw_id: bytes, fields: dict[bytes, bytes]) -> str:
         return own
 
 
-def decode_job(ctx: WorkerContext, fields: dict[bytes, bytes]) -> StoreJob | DeleteJob:
+def decode_job(ctx: WorkerContext, fields: dict[bytes, bytes]) -> Job:
     """Unpack and re-validate a job against this worker's limits."""
     payload = fields.get(b"j")
     if payload is None:
@@ -315,9 +316,11 @@ def decode_job(ctx: WorkerContext, fields: dict[bytes, bytes]) -> StoreJob | Del
     head = validate(JobHead, raw)
     if head.v != PROTOCOL_VERSION:
         raise ProtocolError(f"protocol version {head.v}; this worker speaks {PROTOCOL_VERSION}")
-    job: StoreJob | DeleteJob
+    job: Job
     if head.op == "store":
         job = validate(StoreJob, raw)
+    elif head.op == "restore":
+        return restore.check_restore(validate(RestoreJob, raw), ctx.settings)
     else:
         job = validate(DeleteJob, raw)
     validation.check_namespace(job.ns)

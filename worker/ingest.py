@@ -21,8 +21,8 @@ import msgpack
 import numpy as np
 import numpy.typing as npt
 
-from producer.protocol import DeleteJob, StoreJob
-from worker import bulk, construction, llm_judge, notes, supersession
+from producer.protocol import DeleteJob, RestoreJob, StoreJob
+from worker import bulk, construction, llm_judge, notes, restore, supersession
 from worker.bulk import BulkPipeline
 from worker.commit import Pending, commit, step_of, vec_of
 from worker.context import WorkerContext
@@ -44,7 +44,7 @@ from worker.vector_cache import embed_cached
 
 log = logging.getLogger(__name__)
 
-Job = StoreJob | DeleteJob
+Job = StoreJob | DeleteJob | RestoreJob
 Entry = tuple[str, Job]  #: (inbox entry id, job)
 PART_OF_WEIGHT = 1.0  #: weight of the link from an atomic note to its source
 #: A young namespace judges keyword rarity as if it held this many more unrelated notes, so its
@@ -53,10 +53,11 @@ RARITY_PSEUDO_DOCS = 20
 
 
 def handle_jobs(ctx: WorkerContext, ns: str, entries: Sequence[Entry]) -> None:
-    """Apply a namespace's jobs in inbox order (stores batched, deletes in between) under the
-    namespace lock. Every write is a fenced commit, which refuses to apply once the lock is
-    lost. When the jobs start with stores, the lock is taken in the round trip that reads the
-    first round's stored notes; it is released in the one that records the index's stats."""
+    """Apply a namespace's jobs in inbox order (stores batched, deletes and restores in
+    between) under the namespace lock. Every write is a fenced commit, which refuses to apply
+    once the lock is lost. When the jobs start with stores, the lock is taken in the round trip
+    that reads the first round's stored notes; it is released in the one that records the
+    index's stats."""
     lock = Lease(ctx.redis, ctx.keys.lock(ns), ctx.settings.lease_s, owner=ctx.consumer)
     proj = ctx.projection(ns)
     groups = [(op, list(group)) for op, group in groupby(entries, key=lambda e: e[1].op)]
@@ -65,6 +66,10 @@ def handle_jobs(ctx: WorkerContext, ns: str, entries: Sequence[Entry]) -> None:
     with lock as lease:
         with lease.kept():
             for op, items in groups:
+                if op == "restore":
+                    restored = restore.restore_jobs(ctx, proj, lease, items)  # type: ignore[arg-type]
+                    index_stats = restored or index_stats
+                    continue
                 if op != "store":
                     delete_jobs(ctx, proj, lease, items)  # type: ignore[arg-type]
                     continue
