@@ -119,6 +119,7 @@ class RestoreJob(_Wire):
     links: list[RestoreLink] = Field(default_factory=list)
     cluster: list[str] | None = None
     sig: str | None = None
+    tp: str | None = None  #: W3C traceparent of the importer's span
 
 
 class SearchJob(_Wire):
