@@ -121,3 +121,23 @@ def client(settings: WorkerSettings) -> Iterator[MemoryClient]:
 def drain_all(ctx: WorkerContext) -> int:
     """Burst mode: organise everything queued on every shard, as a worker would."""
     return sum(drain_shard(ctx, shard).processed for shard in range(ctx.keys.shard_count))
+
+
+@pytest.fixture
+def own_redis() -> Iterator[EmbeddedRedis]:
+    """A server of the test's own, for tests that fault, freeze or reconfigure Redis, or measure:
+    nothing else (another test run's FLUSHDB) can disturb them, nor they anyone's data."""
+    with EmbeddedRedis() as srv:
+        yield srv
+
+
+@pytest.fixture
+def own_settings(own_redis: EmbeddedRedis, tmp_path: Path) -> WorkerSettings:
+    return make_settings(tmp_path, redis_url=own_redis.url)
+
+
+@pytest.fixture
+def own_ctx(own_settings: WorkerSettings) -> Iterator[WorkerContext]:
+    context = WorkerContext.build(own_settings)
+    yield context
+    context.close()

@@ -11,10 +11,8 @@ import re
 import shutil
 import subprocess
 import sys
-import threading
-import time
 from collections.abc import AsyncIterator, Iterator, Sequence
-from contextlib import asynccontextmanager, contextmanager
+from contextlib import asynccontextmanager
 from pathlib import Path
 
 import pytest
@@ -23,17 +21,16 @@ pytest.importorskip("fastapi", reason="the HTTP API needs zettelq[server]")
 pytest.importorskip("uvicorn", reason="the HTTP API needs zettelq[server]")
 httpx = pytest.importorskip("httpx", reason="the HTTP tests drive the API with httpx")
 
-import uvicorn  # noqa: E402
 from starlette.applications import Starlette  # noqa: E402
 from starlette.requests import Request  # noqa: E402
 from starlette.responses import JSONResponse  # noqa: E402
 from starlette.routing import Route  # noqa: E402
-from starlette.types import ASGIApp  # noqa: E402
 
 from producer import MemoryClient  # noqa: E402
 from producer.adapters.http import create_app  # noqa: E402
 from producer.adapters.tokens import TokenStore  # noqa: E402
 from producer.settings import ProducerSettings  # noqa: E402
+from tests.adapters.conftest import uvicorn_serving  # noqa: E402
 from tests.conftest import drain_all  # noqa: E402
 from worker.context import WorkerContext  # noqa: E402
 from worker.devserver import free_port  # noqa: E402
@@ -42,35 +39,9 @@ from worker.server import SearchServer  # noqa: E402
 from worker.settings import WorkerSettings  # noqa: E402
 
 
-@contextmanager
-def running(app: ASGIApp, timeout_s: float = 10.0) -> Iterator[str]:
-    """``app`` served by uvicorn on 127.0.0.1 in a thread; yields its base URL."""
-    port = free_port()
-    config = uvicorn.Config(app, host="127.0.0.1", port=port, log_level="warning")
-    server = uvicorn.Server(config)
-    thread = threading.Thread(target=server.run, daemon=True)
-    thread.start()
-    deadline = time.monotonic() + timeout_s
-    while not server.started:
-        assert thread.is_alive() and time.monotonic() < deadline, "uvicorn did not start"
-        time.sleep(0.01)
-    try:
-        yield f"http://127.0.0.1:{port}"
-    finally:
-        server.should_exit = True
-        thread.join(timeout_s)
-
-
-@pytest.fixture
-def tokens(settings: WorkerSettings) -> Iterator[TokenStore]:
-    store = TokenStore.from_settings(settings)
-    yield store
-    store.close()
-
-
 @pytest.fixture
 def base_url(settings: WorkerSettings) -> Iterator[str]:
-    with running(create_app(settings)) as url:
+    with uvicorn_serving(create_app(settings)) as url:
         yield url
 
 
@@ -248,7 +219,7 @@ def test_a_body_over_the_limit_is_413_whether_declared_or_streamed(
             yield b"x" * 100
         yield b'"}'
 
-    with running(create_app(small)) as url, httpx.Client(base_url=url) as api:
+    with uvicorn_serving(create_app(small)) as url, httpx.Client(base_url=url) as api:
         declared = api.post("/v1/namespaces/a/notes", json={"content": "x" * 3_000}, headers=auth)
         streamed = api.post("/v1/namespaces/a/notes", content=chunks(), headers=auth)
         fits = api.post("/v1/namespaces/a/notes", json={"content": "x" * 1_000}, headers=auth)
@@ -375,7 +346,7 @@ def test_an_unreachable_redis_is_503(settings: WorkerSettings) -> None:
     dead = ProducerSettings(
         redis_url=f"redis://127.0.0.1:{free_port()}/0", socket_timeout_s=0.5, redis_retries=0
     )
-    with running(create_app(dead)) as url, httpx.Client(base_url=url) as api:
+    with uvicorn_serving(create_app(dead)) as url, httpx.Client(base_url=url) as api:
         response = api.get(
             "/v1/namespaces/a/stats", headers={"Authorization": f"Bearer zq_{'0' * 16}_{'a' * 43}"}
         )
@@ -396,7 +367,7 @@ def test_a_mounted_starlette_app_is_served_with_its_lifespan(settings: WorkerSet
         return JSONResponse({"events": events})
 
     extra = Starlette(routes=[Route("/ping", ping)], lifespan=lifespan)
-    with running(create_app(settings, extra_mounts={"/extra": extra})) as url:
+    with uvicorn_serving(create_app(settings, extra_mounts={"/extra": extra})) as url:
         answer = httpx.get(f"{url}/extra/ping")
 
     assert answer.status_code == 200 and answer.json() == {"events": ["started"]}
@@ -428,7 +399,7 @@ def test_the_readme_curl_example_runs_as_written(
     assert found is not None
     lines = found.group(1).splitlines()
     assert lines[0] == "zettelq serve --port 8080 &"  # served here by uvicorn in a thread
-    with running(create_app(cli_env)) as url:
+    with uvicorn_serving(create_app(cli_env)) as url:
         script = "\n".join(lines[1:]).replace("http://127.0.0.1:8080", url)
         path = f"{Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}"
         out = subprocess.run(
@@ -452,7 +423,7 @@ def test_backpressure_is_429_with_retry_after_and_no_worker_is_504(
     tight = settings.model_copy(update={"max_pending": 1})
     auth = bearer(tokens, read=["a"], write=["a"])
 
-    with running(create_app(tight)) as url, httpx.Client(base_url=url, timeout=15.0) as api:
+    with uvicorn_serving(create_app(tight)) as url, httpx.Client(base_url=url, timeout=15.0) as api:
         first = api.post("/v1/namespaces/a/notes", json={"content": "one"}, headers=auth)
         second = api.post("/v1/namespaces/a/notes", json={"content": "two"}, headers=auth)
         late = api.post(
@@ -470,7 +441,7 @@ def test_the_factory_without_arguments_reads_the_zq_environment(
 ) -> None:
     auth = bearer(tokens, write=["env"])  # what `uvicorn --factory ...:create_app` serves
 
-    with running(create_app()) as url:
+    with uvicorn_serving(create_app()) as url:
         stored = httpx.post(f"{url}/v1/namespaces/env/notes", json={"content": "x"}, headers=auth)
 
     assert stored.status_code == 202

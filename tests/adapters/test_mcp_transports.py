@@ -14,8 +14,7 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import Iterator
-from contextlib import AbstractContextManager, contextmanager
+from contextlib import AbstractContextManager
 from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
@@ -25,15 +24,14 @@ import pytest
 pytest.importorskip("mcp", reason="the MCP server needs the mcp extra: pip install 'zettelq[mcp]'")
 
 import httpx2
-import uvicorn
 from mcp import Client, StdioServerParameters
 from mcp.client.streamable_http import streamable_http_client
-from starlette.types import ASGIApp
 
 from producer.adapters.mcp import Found, Stored
 from producer.adapters.mcp_http import choose_namespace, http_app
 from producer.adapters.tokens import Forbidden, Grant, TokenStore
 from producer.errors import InvalidInput
+from tests.adapters.conftest import uvicorn_serving
 from tests.adapters.test_mcp import call, error_of, text
 from tests.conftest import drain_all
 from worker.context import WorkerContext
@@ -127,33 +125,7 @@ def test_stdio_writes_nothing_but_protocol_messages_to_stdout(cli_env: WorkerSet
 
 def serving(settings: WorkerSettings) -> AbstractContextManager[str]:
     """The MCP HTTP app on uvicorn, 127.0.0.1 and a free port, in a thread; yields its URL."""
-    return serving_app(http_app(settings))
-
-
-@contextmanager
-def serving_app(app: ASGIApp, timeout_s: float = 10.0) -> Iterator[str]:
-    """``app`` on uvicorn, 127.0.0.1 and a free port, in a thread; yields its URL."""
-    port = free_port()
-    config = uvicorn.Config(app, host="127.0.0.1", port=port, log_config=None)
-    web = uvicorn.Server(config)
-    thread = threading.Thread(target=web.run, daemon=True)
-    thread.start()
-    deadline = time.monotonic() + timeout_s
-    while not web.started:
-        assert thread.is_alive() and time.monotonic() < deadline, "uvicorn did not start"
-        time.sleep(0.01)
-    try:
-        yield f"http://127.0.0.1:{port}"
-    finally:
-        web.should_exit = True
-        thread.join(timeout_s)
-
-
-@pytest.fixture
-def tokens(settings: WorkerSettings) -> Iterator[TokenStore]:
-    store = TokenStore.from_settings(settings)
-    yield store
-    store.close()
+    return uvicorn_serving(http_app(settings))
 
 
 async def tool_call(url: str, secret: str, tool: str, namespace: str | None = None, **args):
@@ -289,7 +261,7 @@ def test_the_http_app_mounts_in_the_http_api(settings: WorkerSettings, tokens: T
             assert (await http.post("/agents/mcp", json={})).status_code == 401
             assert (await http.get("/health")).status_code == 200  # the API's own
 
-    with serving_app(app) as url:
+    with uvicorn_serving(app) as url:
         asyncio.run(main(url))
 
 

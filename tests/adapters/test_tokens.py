@@ -17,13 +17,6 @@ from producer.errors import InvalidInput, ProtocolError
 from worker.settings import WorkerSettings
 
 
-@pytest.fixture
-def tokens(settings: WorkerSettings):
-    store = TokenStore.from_settings(settings)
-    yield store
-    store.close()
-
-
 def test_a_created_token_checks_to_its_grant(tokens: TokenStore) -> None:
     secret, grant = tokens.create(read=["a", "b"], write=["a"], label="agent one")
 

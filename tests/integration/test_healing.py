@@ -10,7 +10,6 @@ import logging
 import threading
 import time
 from collections.abc import Iterator
-from pathlib import Path
 
 import pytest
 from redis import Redis
@@ -19,7 +18,7 @@ from redis.exceptions import ResponseError
 from producer import MemoryClient, OutOfMemory, ServerError, Unavailable
 from producer.core import redis_errors
 from producer.protocol import Reply, pack, unpack
-from tests.conftest import drain_all, make_settings
+from tests.conftest import drain_all
 from worker import daemon
 from worker.context import WorkerContext
 from worker.daemon import Daemon
@@ -35,28 +34,9 @@ NS = "heal"
 
 
 @pytest.fixture
-def own() -> Iterator[EmbeddedRedis]:
-    """A server of this test's own: the faults below would hurt anyone else's data."""
-    with EmbeddedRedis() as srv:
-        yield srv
-
-
-@pytest.fixture
-def own_settings(own: EmbeddedRedis, tmp_path: Path) -> WorkerSettings:
-    return make_settings(tmp_path, redis_url=own.url, reply_timeout_s=2.0)
-
-
-@pytest.fixture
-def admin(own: EmbeddedRedis) -> Iterator[Redis]:
-    with Redis.from_url(own.url) as r:
+def admin(own_redis: EmbeddedRedis) -> Iterator[Redis]:
+    with Redis.from_url(own_redis.url) as r:
         yield r
-
-
-@pytest.fixture
-def own_ctx(own_settings: WorkerSettings) -> Iterator[WorkerContext]:
-    context = WorkerContext.build(own_settings)
-    yield context
-    context.close()
 
 
 def errors_of(d: Daemon) -> set[str]:
@@ -103,18 +83,18 @@ def test_search_thread_survives_oom_at_its_reply_and_serves_after(
 
 
 def test_threads_survive_a_busy_script_and_producers_get_unavailable(
-    own: EmbeddedRedis, own_settings: WorkerSettings, own_ctx: WorkerContext, admin: Redis
+    own_redis: EmbeddedRedis, own_settings: WorkerSettings, own_ctx: WorkerContext, admin: Redis
 ) -> None:
     kicked: list[int] = []
     server = SearchServer(own_ctx).start()
     organiser = OrganiseServer(own_ctx).start()
     dispatcher = Dispatcher(own_settings, kicked.append).start()
     admin.config_set("busy-reply-threshold", 100)
-    script = threading.Thread(target=_busy_loop, args=(own.url,), daemon=True)
+    script = threading.Thread(target=_busy_loop, args=(own_redis.url,), daemon=True)
     try:
         script.start()
         with MemoryClient(own_settings) as client:
-            wait_for(lambda: _is_busy(own.url))
+            wait_for(lambda: _is_busy(own_redis.url))
             with pytest.raises(Unavailable, match="busy running a script"):
                 client.store("refused while Redis is busy", namespace=NS)
             wait_for(lambda: "ResponseError" in errors_of(server))
