@@ -37,14 +37,14 @@ def tenant_acl(prefix: str, ns: str) -> list[str]:
     replies, nothing else."""
     return [
         *("on", f">{ns}-pw", "resetkeys", "resetchannels", "-@all", "+@connection"),
-        *("+evalsha", "+xadd", "+xlen", "+lpush", "+blpop"),
+        *("+evalsha", "+xadd", "+xlen", "+lpush"),
         *("+hgetall", "+hget", "+zrange", "+zcard"),
         f"%R~{prefix}:{{{ns}}}:*",
         f"%RW~{prefix}:{{s*}}:inbox",
         f"%W~{prefix}:search",
         f"%W~{prefix}:{{s*}}:search",
         f"%W~{prefix}:organise",
-        f"%RW~{prefix}:reply:*",
+        f"(+blpop %RW~{prefix}:reply:*)",  # a selector: reply keys take BLPOP and nothing else
     ]
 
 
@@ -146,7 +146,11 @@ def test_a_tenant_can_neither_run_its_own_lua_nor_harm_the_worker_through_a_repl
                     attack()
             note = globex.store("globex keeps its own memory", namespace="globex")
             job = acme._core.search_job("search", "acme", query="anything", k=3)
-            tenant.xadd(acme.keys.reply(job.job_id), {"planted": 1})
+            reply = acme.keys.reply(job.job_id)
+            for plant in (lambda: tenant.xadd(reply, {"x": 1}), lambda: tenant.lpush(reply, "x")):
+                with pytest.raises(NoPermissionError):  # a tenant cannot create a reply key
+                    plant()
+            admin.xadd(reply, {"planted": 1})  # were one there anyway
             tenant.lpush(acme.keys.search_queue_of(["acme"]), pack(job))
             wait_until(lambda: admin.llen(acme.keys.search_queue_of(["acme"])) == 0)
             for _ in range(3):  # every search thread the planted key could have reached
