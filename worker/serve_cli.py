@@ -1,7 +1,8 @@
 """``zettelq serve`` (the HTTP API on uvicorn) and ``zettelq token create|list|revoke`` (its bearer
 tokens). Both need ``pip install 'zettelq[server]'`` only for serving; tokens are plain Redis.
 
-zettelq serve [--host 127.0.0.1] [--port 8080] [--access-log]
+zettelq serve [--host 127.0.0.1] [--port 8080] [--access-log] [--review]
+                                                        the API, and the live graph at /graph/NS
 zettelq token create --read NS --write NS [--label L]   prints the secret once, and its id
 zettelq token list                                      every token: id, label, grants, created
 zettelq token revoke ID
@@ -29,6 +30,12 @@ def add_commands(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> di
     serve.add_argument(
         "--access-log", action="store_true", help="log every request (uvicorn's access log)"
     )
+    serve.add_argument(
+        "--review",
+        action="store_true",
+        help="the live graph at /graph/NS also lists pending evolution proposals to accept or"
+        " reject (for tokens that may write NS)",
+    )
     token = sub.add_parser("token", help="create, list or revoke HTTP API bearer tokens")
     actions = token.add_subparsers(dest="action", required=True)
     create = actions.add_parser("create", help="a new token; prints its secret once")
@@ -55,8 +62,9 @@ def _serve(settings: WorkerSettings, args: argparse.Namespace, rest: list[str]) 
     import uvicorn
 
     from producer.adapters.http import create_app
+    from worker.explorer.live import live_app
 
-    app = create_app(settings)
+    app = create_app(settings, extra_mounts={"/graph": live_app(settings, review=args.review)})
     uvicorn.run(app, host=args.host, port=args.port, access_log=args.access_log)
     return 0
 

@@ -57,21 +57,23 @@ def page_data(view: GraphView) -> dict[str, Any]:
     }
 
 
-def render_page(view: GraphView) -> str:
-    """The HTML page of ``view``."""
+def render_page(view: GraphView, extra: str | None = None) -> str:
+    """The HTML page of ``view``; ``extra`` is HTML (already escaped) shown below the graph,
+    whose forms may post to the page's own origin (the live explorer's review panel)."""
     scripts = [asset(f"vendor/{name}") for name in VENDOR_SCRIPTS] + [asset("explorer.js")]
-    csp = "; ".join(
-        [
-            "default-src 'none'",
-            "script-src " + " ".join(f"'sha256-{_digest(s)}'" for s in scripts),
-            "style-src 'unsafe-inline'",
-            "img-src data:",
-        ]
-    )
+    policy = [
+        "default-src 'none'",
+        "script-src " + " ".join(f"'sha256-{_digest(s)}'" for s in scripts),
+        "style-src 'unsafe-inline'",
+        "img-src data:",
+        "form-action 'self'" if extra else "form-action 'none'",
+    ]
+    csp = "; ".join(policy)
     data = json_for_script(page_data(view))
     blocks = [f'<script type="application/json" id="zq-data">{data}</script>']
     blocks += [f"<script>{s}</script>" for s in scripts]
     html = asset("page.html").replace("zq:csp", csp, 1).replace("/*zq:css*/", asset("explorer.css"))
+    html = html.replace("<!--zq:extra-->", extra or "", 1)
     return html.replace("<!--zq:scripts-->", "\n".join(blocks), 1)
 
 
