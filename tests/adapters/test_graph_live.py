@@ -62,7 +62,7 @@ def test_the_page_needs_a_token_that_may_read_and_escapes_stored_text(
         page = web.get(f"/graph/{NS}", params={"token": reader})
         assert page.status_code == 200 and page.headers["cache-control"] == "no-store"
         assert "Snowflake warehouse" in page.text and "<script>alert" not in page.text
-        assert "<section id=\"zq-review\"" not in page.text  # read-only unless --review
+        assert '<section id="zq-review"' not in page.text  # read-only unless --review
         by_header = web.get(f"/graph/{NS}", headers={"Authorization": f"Bearer {reader}"})
         assert by_header.status_code == 200
         seeded = web.get(f"/graph/{NS}", params={"token": reader, "seed": "a", "hops": 1})
