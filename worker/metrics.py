@@ -93,6 +93,15 @@ class _Metrics:
             "Notes held in the projections (FAISS + BM25) of the live processes",
             multiprocess_mode="livesum",
         )
+        self.projection_bytes = prom.Gauge(
+            "zettelq_projection_vector_bytes",
+            "Bytes of the vectors held in the projections of the live processes (float32)",
+            multiprocess_mode="livesum",
+        )
+        self.takeovers = counter(
+            "zettelq_lease_takeovers",
+            "Drains that took a shard over with entries its previous holder had left pending",
+        )
 
 
 _made: list[_Metrics | None] = []
@@ -118,17 +127,20 @@ def count_dead_letter() -> None:
         m.dead.inc()
 
 
-def observe_batch(seconds: float, jobs: int, projection_notes: int) -> None:
+def observe_batch(seconds: float, jobs: int, projection_notes: int, dim: int) -> None:
     if m := _metrics():
         m.jobs.inc(jobs)
         m.batch_seconds.observe(seconds)
         m.batch_jobs.observe(jobs)
         m.projection_notes.set(projection_notes)
+        m.projection_bytes.set(projection_notes * dim * 4)
 
 
 def count_reclaimed(entries: int) -> None:
+    """A drain took over a shard and applies ``entries`` its previous holder left pending."""
     if (m := _metrics()) and entries:
         m.reclaimed.inc(entries)
+        m.takeovers.inc()
 
 
 def observe_search(kind: str, seconds: float) -> None:

@@ -181,7 +181,7 @@ def check_langmem_found(found: list[dict[str, object]], memory_id: str) -> None:
 
 
 def test_langmem_manage_then_search_round_trip(store):
-    langmem = pytest.importorskip("langmem", reason="langmem is optional (not in the dev extra)")
+    langmem = pytest.importorskip("langmem", reason="pip install langmem")
     manage = langmem.create_manage_memory_tool(("memories", "team"), store=store)
     search = langmem.create_search_memory_tool(("memories", "team"), store=store)
     created = manage.invoke({"content": "Ann prefers green tea", "action": "create"})
@@ -192,7 +192,7 @@ def test_langmem_manage_then_search_round_trip(store):
 
 
 def test_langmem_async_tools_on_the_async_store(settings, server):
-    langmem = pytest.importorskip("langmem", reason="langmem is optional (not in the dev extra)")
+    langmem = pytest.importorskip("langmem", reason="pip install langmem")
 
     async def scenario(s):
         manage = langmem.create_manage_memory_tool(("memories", "team"), store=s)

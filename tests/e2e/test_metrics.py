@@ -34,6 +34,7 @@ TYPES = {
     "zettelq_dead_letter_entries": "gauge",
     "zettelq_redis_up": "gauge",
     "zettelq_projection_notes": "gauge",
+    "zettelq_projection_vector_bytes": "gauge",
 }
 
 
@@ -84,6 +85,10 @@ def test_a_prefork_worker_serves_every_process_metrics(settings: WorkerSettings)
     assert value(after, "zettelq_dead_letter_entries", "zettelq_dead_letter_entries") == 1
     assert value(after, "zettelq_ingest_batch_jobs", "zettelq_ingest_batch_jobs_count") > 0
     assert value(after, "zettelq_projection_notes", "zettelq_projection_notes") >= 3000
+    vector_bytes = value(
+        after, "zettelq_projection_vector_bytes", "zettelq_projection_vector_bytes"
+    )
+    assert vector_bytes >= 3000 * 4
     searches = sum(
         v for (name, *labels), v in after["zettelq_search_seconds"][1].items()
         if name[1] == "zettelq_search_seconds_count"
