@@ -9,7 +9,7 @@ Run it against `zettelq serve` with a worker running (`zettelq dev`):
 
     TOKEN=$(zettelq token create --read mission --write mission --json \\
             | python3 -c 'import json, sys; print(json.load(sys.stdin)["secret"])')
-    ZQ_HTTP_URL=http://127.0.0.1:8080 ZQ_HTTP_TOKEN=$TOKEN python examples/http_agents.py
+    ZETTELQ_URL=http://127.0.0.1:8080 ZETTELQ_TOKEN=$TOKEN python examples/http_agents.py
 """
 
 from __future__ import annotations
@@ -25,11 +25,11 @@ NAMESPACE = "mission"
 def call(method: str, path: str, body: dict[str, Any] | None = None) -> Any:
     """One request to the HTTP API; the JSON answer."""
     request = urllib.request.Request(
-        os.environ["ZQ_HTTP_URL"] + path,
+        os.environ["ZETTELQ_URL"] + path,
         data=None if body is None else json.dumps(body).encode(),
         method=method,
         headers={
-            "Authorization": f"Bearer {os.environ['ZQ_HTTP_TOKEN']}",
+            "Authorization": f"Bearer {os.environ['ZETTELQ_TOKEN']}",
             "Content-Type": "application/json",
         },
     )

@@ -26,7 +26,7 @@ def test_the_writer_summarises_what_the_other_agents_stored(
 ) -> None:
     secret, _ = tokens.create(read=["mission"], write=["mission"], label="example")
     with uvicorn_serving(create_app(settings)) as url:
-        env = {**os.environ, "ZQ_HTTP_URL": url, "ZQ_HTTP_TOKEN": secret}
+        env = {**os.environ, "ZETTELQ_URL": url, "ZETTELQ_TOKEN": secret}
         out = subprocess.run(
             [sys.executable, str(EXAMPLE)], env=env, capture_output=True, text=True, timeout=60
         )
