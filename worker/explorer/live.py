@@ -24,9 +24,10 @@ from starlette.routing import Route
 
 from producer import MemoryClient
 from producer import validation as v
-from producer.adapters.tokens import Grant, TokenStore
+from producer.adapters.http import errors
+from producer.adapters.tokens import Forbidden, Grant, TokenStore, Unauthenticated
 from producer.core import redis_kwargs
-from producer.errors import Conflict, InvalidInput, NotFound, Unavailable, ZettelqError
+from producer.errors import InvalidInput, ZettelqError
 from producer.protocol import Proposal
 from worker.explorer.page import render_page
 from worker.explorer.view import MAX_HOPS, read_view, select
@@ -37,14 +38,6 @@ DEFAULT_MAX_NODES = 500  #: notes a live page shows unless ?max_nodes= says othe
 MAX_NODES = 5_000  #: the most a live page shows (a larger view is for `zettelq graph`)
 SHOWN_PROPOSALS = 50  #: pending proposals listed below the graph
 HEADERS = {"Cache-Control": "no-store", "Referrer-Policy": "no-referrer"}
-
-
-class Unauthorised(Exception):
-    """No token, an unknown one, or one without the grant; ``status`` says which."""
-
-    def __init__(self, status: int, message: str) -> None:
-        super().__init__(message)
-        self.status = status
 
 
 def live_app(settings: WorkerSettings, *, review: bool = False) -> Starlette:
@@ -87,7 +80,7 @@ def live_app(settings: WorkerSettings, *, review: bool = False) -> Starlette:
     routes = [Route("/{ns:path}", page, methods=["GET"])]
     if review:
         routes.insert(0, Route("/{ns:path}/proposals/{pid}/{action}", decide, methods=["POST"]))
-    handlers: dict[Any, Any] = {Unauthorised: _unauthorised, ZettelqError: _failed}
+    handlers: dict[Any, Any] = {ZettelqError: errors.on_zettelq_error}
     return Starlette(routes=routes, exception_handlers=handlers)
 
 
@@ -130,15 +123,15 @@ def _token(request: Request, given: str | None) -> str:
         return secret
     if given:
         return given
-    raise Unauthorised(401, "a token is needed: Authorization: Bearer ..., or ?token=")
+    raise Unauthenticated("a token is needed: Authorization: Bearer ..., or ?token=")
 
 
 def _granted(tokens: TokenStore, secret: str, ns: str, *, write: bool) -> Grant:
     grant = tokens.check(secret)
     if grant is None:
-        raise Unauthorised(401, "unknown or revoked token")
+        raise Unauthenticated("unknown or revoked token", invalid_token=True)
     if not (grant.can_write(ns) if write else grant.can_read(ns)):
-        raise Unauthorised(403, f"this token may not {'write' if write else 'read'} {ns!r}")
+        raise Forbidden(f"this token may not {'write' if write else 'read'} {ns!r}")
     return grant
 
 
@@ -149,20 +142,3 @@ def _int(raw: str | None, default: int) -> int:
         return int(raw)
     except ValueError as exc:
         raise InvalidInput(f"not a whole number: {raw[:40]!r}") from exc
-
-
-async def _unauthorised(request: Request, exc: Exception) -> Response:
-    assert isinstance(exc, Unauthorised)
-    headers = {"WWW-Authenticate": 'Bearer realm="zettelq"', **HEADERS}
-    return PlainTextResponse(str(exc), status_code=exc.status, headers=headers)
-
-
-#: the status of the zettelq errors a page or a review step can meet
-STATUS = ((InvalidInput, 422), (NotFound, 404), (Conflict, 409), (Unavailable, 503))
-
-
-async def _failed(request: Request, exc: Exception) -> Response:
-    """A zettelq error as one line; others (a Redis error reply names keys) say nothing."""
-    status = next((code for kind, code in STATUS if isinstance(exc, kind)), 500)
-    text = f"{type(exc).__name__}: {exc}" if status != 500 else "internal error"
-    return PlainTextResponse(text, status_code=status, headers=HEADERS)
