@@ -69,7 +69,9 @@ class AsyncMemoryClient:
         if unknown:
             raise InvalidInput(f"unknown store() arguments {sorted(unknown)}")
         with tracing.span("zettelq store", "PRODUCER", ns):
-            note_id, payload = self._core.store_payload(content, ns, **fields)
+            note_id, payload = self._core.store_payload(
+                content, ns, tracing.traceparent(), **fields
+            )
             await self._send(ns, [payload])
         return note_id
 

@@ -79,7 +79,9 @@ class MemoryClient:
         if unknown:
             raise InvalidInput(f"unknown store() arguments {sorted(unknown)}")
         with tracing.span("zettelq store", "PRODUCER", ns):
-            note_id, payload = self._core.store_payload(content, ns, **fields)
+            note_id, payload = self._core.store_payload(
+                content, ns, tracing.traceparent(), **fields
+            )
             self._send(ns, [payload])
         return note_id
 

@@ -148,7 +148,10 @@ class ClientCore:
     def namespace(self, namespace: str | None) -> str:
         return v.check_namespace(namespace or self.settings.default_namespace)
 
-    def store_payload(self, content: object, namespace: str, **fields: Any) -> tuple[str, bytes]:
+    def store_payload(
+        self, content: object, namespace: str, trace: str | None = None, /, **fields: Any
+    ) -> tuple[str, bytes]:
+        """The packed store job; ``trace`` is the traceparent it carries (producer/tracing.py)."""
         s = self.settings
         note_id = v.check_id(fields["id"]) if fields.get("id") is not None else new_id()
         job = {
@@ -164,9 +167,8 @@ class ClientCore:
             "importance": v.check_unit_float(fields.get("importance"), "importance"),
             "created_at": time.time(),
         }
-        parent = tracing.traceparent()
-        if parent is not None:
-            job["tp"] = parent
+        if trace is not None:
+            job["tp"] = trace
         return note_id, pack(self.signed(job, [namespace]))
 
     def store_many_payloads(
@@ -178,12 +180,14 @@ class ClientCore:
             raise InvalidInput(f"store_many takes 1 to {self.settings.max_batch} items")
         ids: list[str] = []
         payloads: list[bytes] = []
+        trace = tracing.traceparent()  # the call's span: one for every item
         for item in items:
             fields = {"content": item} if isinstance(item, str) else dict(item)
             unknown = set(fields) - STORE_FIELDS
             if unknown:
                 raise InvalidInput(f"unknown item fields {sorted(unknown)}")
-            note_id, payload = self.store_payload(fields.pop("content", None), namespace, **fields)
+            content = fields.pop("content", None)
+            note_id, payload = self.store_payload(content, namespace, trace, **fields)
             ids.append(note_id)
             payloads.append(payload)
         if len(set(ids)) != len(ids):

@@ -222,7 +222,7 @@ def _process(ctx: WorkerContext, shard: int, batch: list[RawEntry]) -> list[byte
         for ns, entries in accepted.items():
             _handle_isolated(ctx, shard, ns, entries, payloads)
     if batch:
-        held = sum(len(p.ids) for p in ctx.held_projections().values())
+        held = lambda: sum(len(p.ids) for p in ctx.held_projections().values())  # noqa: E731
         metrics.observe_batch(time.perf_counter() - started, len(batch), held, ctx.embedder.dim)
     return [raw_id for raw_id, _ in batch]
 

@@ -19,7 +19,7 @@ from __future__ import annotations
 import logging
 import os
 import threading
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import Any
 
 from redis import Redis
@@ -127,13 +127,15 @@ def count_dead_letter() -> None:
         m.dead.inc()
 
 
-def observe_batch(seconds: float, jobs: int, projection_notes: int, dim: int) -> None:
+def observe_batch(seconds: float, jobs: int, projection_notes: Callable[[], int], dim: int) -> None:
+    """One applied batch; ``projection_notes`` is asked only when metrics are on."""
     if m := _metrics():
         m.jobs.inc(jobs)
         m.batch_seconds.observe(seconds)
         m.batch_jobs.observe(jobs)
-        m.projection_notes.set(projection_notes)
-        m.projection_bytes.set(projection_notes * dim * 4)
+        held = projection_notes()
+        m.projection_notes.set(held)
+        m.projection_bytes.set(held * dim * 4)
 
 
 def count_reclaimed(entries: int) -> None:

@@ -24,6 +24,7 @@ from urllib.parse import unquote
 from langgraph.store.base import InvalidNamespaceError, PutOp
 from langgraph.store.base.embed import get_text_at_path
 
+from producer import tracing
 from producer import validation as v
 from producer.core import ClientCore
 from producer.errors import InvalidInput
@@ -145,6 +146,7 @@ class WriteTracker:
     def plan(self, puts: Sequence[PutOp], core: ClientCore, fields: Sequence[str]) -> Writes:
         last = {(op.namespace, op.key): op for op in puts}
         writes = Writes()
+        trace = tracing.traceparent()  # the batch's span, for every put in it
         for op in last.values():
             ns = encode_namespace(op.namespace)
             nid = note_id(ns, op.key)
@@ -153,7 +155,9 @@ class WriteTracker:
             else:
                 item = store_fields(op, fields, self._now())
                 content = item.pop("content")
-                _, payload = core.store_payload(content, ns, id=nid, agent=self._agent, **item)
+                _, payload = core.store_payload(
+                    content, ns, trace, id=nid, agent=self._agent, **item
+                )
                 writes.payloads.append((ns, payload))
                 writes.registered.append(ns)
             writes.namespaces.append(ns)
