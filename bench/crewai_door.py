@@ -35,8 +35,8 @@ from redis import Redis
 from producer import MemoryClient
 from producer.adapters.crewai import ZettelqStorage, zettelq_embedder
 from worker.context import WorkerContext
-from worker.devserver import EmbeddedRedis
-from worker.server import SearchServer
+from worker.runtime.devserver import EmbeddedRedis
+from worker.runtime.servers import SearchServer
 from worker.settings import WorkerSettings
 
 log = logging.getLogger("bench.crewai_door")

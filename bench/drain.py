@@ -32,7 +32,7 @@ from bench.foundation import Corpus
 from bench.load import _text, cpu_s
 from producer import MemoryClient, ProducerSettings
 from producer.keys import Keys
-from worker.devserver import EmbeddedRedis
+from worker.runtime.devserver import EmbeddedRedis
 
 log = logging.getLogger("bench.drain")
 
@@ -77,7 +77,7 @@ def run(workers: int, args: argparse.Namespace, tmp: Path) -> dict[str, float]:
                 "ZQ_SHARD_COUNT": str(SHARD_COUNT),
                 "ZQ_INDEX_DIR": str(tmp / f"index{workers}"),
             }
-            command = [sys.executable, "-m", "worker.cli", "worker", "--loglevel=WARNING"]
+            command = [sys.executable, "-m", "worker.cli.main", "worker", "--loglevel=WARNING"]
             procs = [
                 subprocess.Popen(command, env=env, stdout=subprocess.DEVNULL)
                 for _ in range(workers)

@@ -263,7 +263,7 @@ def worker_env(redis_url: str, prefix: str, index_dir: str) -> dict[str, str]:
 def start_worker(env: dict[str, str], log_path: Path) -> subprocess.Popen[bytes]:
     with log_path.open("wb") as out:
         return subprocess.Popen(
-            [sys.executable, "-m", "worker.cli", "worker", "--loglevel=WARNING"],
+            [sys.executable, "-m", "worker.cli.main", "worker", "--loglevel=WARNING"],
             env=env,
             cwd=ROOT,
             stdout=out,

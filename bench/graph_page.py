@@ -3,7 +3,7 @@ notes, and how long the page takes to draw it in headless Chromium.
 
 Run from the repo root: ``PYTHONPATH=. .venv/bin/python bench/graph_page.py`` (needs the dev
 extra and ``apt-get install chromium``; about a minute at the default sizes). It starts an
-embedded Redis of its own (worker.devserver), stores ``--sizes`` notes per namespace (the
+embedded Redis of its own (worker.runtime.devserver), stores ``--sizes`` notes per namespace (the
 foundation benchmark's seeded corpus), organises them in this process (``drain_shard``, as the
 tests do), then for each size, ``--repeat`` times:
 
@@ -37,13 +37,13 @@ from typing import Any
 
 from bench.foundation import Corpus
 from producer import MemoryClient
+from worker.cli.operations import Streams
 from worker.context import WorkerContext
-from worker.devserver import EmbeddedRedis
-from worker.drain import drain_shard
 from worker.explorer.export import to_cytoscape, to_graphml
 from worker.explorer.page import render_page
 from worker.explorer.view import GraphView, read_view, select
-from worker.operations import Streams
+from worker.intake.drain import drain_shard
+from worker.runtime.devserver import EmbeddedRedis
 from worker.settings import WorkerSettings
 
 log = logging.getLogger("bench.graph_page")

@@ -2,9 +2,9 @@
 MemoryClient in the same run, and stores/s with 4 concurrent clients through each.
 
 Run from the repo root: ``.venv/bin/python bench/http_door.py`` (about a minute).
-It starts its own redis-server (worker.devserver) and ``zettelq serve`` (one uvicorn process,
-127.0.0.1) as a subprocess with a fresh key prefix, and creates one write token. No worker runs:
-a store is the producer's cost only (validation, packing, one EVALSHA that XADDs to the shard
+It starts its own redis-server (worker.runtime.devserver) and ``zettelq serve`` (one uvicorn
+process, 127.0.0.1) as a subprocess with a fresh key prefix, and creates one write token. No worker
+runs: a store is the producer's cost only (validation, packing, one EVALSHA that XADDs to the shard
 stream), and through HTTP also the request, the token check (one HGETALL) and the response.
 
 1. Latency: ``--rounds`` rounds, each of ``--calls`` direct ``MemoryClient.store()`` calls,
@@ -37,7 +37,7 @@ import httpx
 
 from producer import MemoryClient, ProducerSettings
 from producer.adapters.tokens import TokenStore
-from worker.devserver import EmbeddedRedis, free_port
+from worker.runtime.devserver import EmbeddedRedis, free_port
 
 ROOT = Path(__file__).resolve().parents[1]
 NS = "bench"  #: the namespace every store goes to
@@ -115,7 +115,7 @@ def stdlib_storer(conn: http.client.HTTPConnection, secret: str) -> Callable[[in
 def serve(settings: ProducerSettings, port: int) -> subprocess.Popen[bytes]:
     """``zettelq serve`` on the settings' Redis and prefix, once it answers /health."""
     env = {**os.environ, "ZQ_REDIS_URL": settings.redis_url, "ZQ_KEY_PREFIX": settings.key_prefix}
-    argv = [sys.executable, "-m", "worker.cli", "serve", "--port", str(port)]
+    argv = [sys.executable, "-m", "worker.cli.main", "serve", "--port", str(port)]
     proc = subprocess.Popen(argv, env=env, cwd=ROOT, stdout=subprocess.DEVNULL)
     deadline = time.monotonic() + 60
     while True:

@@ -24,8 +24,8 @@ import numpy as np
 import numpy.typing as npt
 
 from bench.foundation import Corpus
-from worker.embedding import HashingEmbedder
-from worker.index import Ann, VectorIndex
+from worker.index.vector import Ann, VectorIndex
+from worker.models.hashing import HashingEmbedder
 
 log = logging.getLogger("bench.index_recall")
 
@@ -127,7 +127,7 @@ def measure(data_set: str, n: int, rng: np.random.Generator) -> None:
 
 def main() -> None:
     logging.basicConfig(stream=sys.stdout, level=logging.INFO, format="%(message)s")
-    logging.getLogger("worker.index").setLevel(logging.WARNING)
+    logging.getLogger("worker.index.vector").setLevel(logging.WARNING)
     columns = ("data", "n", "index", "recall@10", "p50 ms", "p95 ms", "batch ms")
     log.info("%-8s %7s  %-14s  %9s  %8s  %8s  %9s", *columns)
     rng = np.random.default_rng(0)

@@ -19,7 +19,7 @@ included) used in each phase (CPU seconds from /proc over the phase's wall time)
 rewrites Redis ran during the run.
 
 The check afterwards: each namespace's active notes are exactly the acknowledged ids, each was
-created once (one ``create`` in the audit stream), and worker.integrity finds no invalid,
+created once (one ``create`` in the audit stream), and worker.store.integrity finds no invalid,
 one-sided or cross-namespace link. Errors other than Backpressure are counted as failures.
 """
 
@@ -42,9 +42,9 @@ from typing import cast
 
 from producer import Backpressure, MemoryClient, ProducerSettings, ZettelqError
 from worker.context import WorkerContext
-from worker.devserver import EmbeddedRedis
-from worker.integrity import check_namespace
+from worker.runtime.devserver import EmbeddedRedis
 from worker.settings import WorkerSettings
+from worker.store.integrity import check_namespace
 
 log = logging.getLogger("bench.load")
 
@@ -125,8 +125,8 @@ def _spawn_workers(
         "ZQ_INDEX_DIR": str(settings.index_dir),
         "ZQ_SERVE_SEARCH": "false" if searchers else "true",
     }
-    worker = [sys.executable, "-m", "worker.cli", "worker", "--loglevel=WARNING"]
-    searcher = [sys.executable, "-m", "worker.cli", "searcher"]
+    worker = [sys.executable, "-m", "worker.cli.main", "worker", "--loglevel=WARNING"]
+    searcher = [sys.executable, "-m", "worker.cli.main", "searcher"]
     commands = [worker] * count + [searcher] * searchers
     return [
         subprocess.Popen(command, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)

@@ -78,7 +78,7 @@ def parse_date(text: str) -> float | None:
 
 def start_worker(env: dict[str, str]) -> subprocess.Popen[bytes]:
     return subprocess.Popen(
-        [sys.executable, "-m", "worker.cli", "worker", "--loglevel=WARNING"],
+        [sys.executable, "-m", "worker.cli.main", "worker", "--loglevel=WARNING"],
         env=env,
         stdout=subprocess.DEVNULL,
         start_new_session=True,

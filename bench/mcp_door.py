@@ -41,7 +41,7 @@ from redis import Redis
 from producer import AsyncMemoryClient, ProducerSettings
 from producer.adapters.mcp import build_server
 from producer.adapters.tokens import TokenStore
-from worker.devserver import free_port
+from worker.runtime.devserver import free_port
 
 ROOT = Path(__file__).resolve().parents[1]  #: repo root, the server's working directory
 NAMESPACE = "bench-mcp"  #: the one namespace every note goes to
@@ -75,7 +75,7 @@ def http_server(url: str, prefix: str) -> Iterator[str]:
     port = free_port()
     env = {**os.environ, "ZQ_REDIS_URL": url, "ZQ_KEY_PREFIX": prefix}
     proc = subprocess.Popen(
-        [sys.executable, "-m", "worker.cli", "mcp", "--http", "--port", str(port)],
+        [sys.executable, "-m", "worker.cli.main", "mcp", "--http", "--port", str(port)],
         env=env,
         cwd=ROOT,
     )

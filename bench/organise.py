@@ -10,7 +10,7 @@ Two runs, one per mode, each with one real ``zettelq worker`` process:
 - ``off``: ``ZQ_JUDGE=heuristic``, the default.
 - ``llm``: ``ZQ_JUDGE=llm`` against an OpenAI-compatible chat server this script starts on
   127.0.0.1, which answers every call after ``--delay-ms`` (200 ms) by linking each new note
-  to its first candidate. A second process runs ``worker.llm_judge.judge_all`` back to back,
+  to its first candidate. A second process runs ``worker.organise.judge.judge_all`` back to back,
   as the periodic judge task does, with ``--llm-concurrency`` calls in flight (1 by default:
   8 notes per 200 ms call, 40 notes/s, below the store rate), so an LLM backlog (notes
   waiting on ``Keys.judge``) builds up while the producers run and drains afterwards.
@@ -52,7 +52,7 @@ from typing import Any
 from producer import MemoryClient, ProducerSettings, ZettelqError
 from tests.integration.chat_server import ChatServer, Scripted
 from worker.context import WorkerContext
-from worker.llm_judge import judge_all
+from worker.organise.judge import judge_all
 from worker.settings import WorkerSettings
 
 TOPICS = "billing invoices postgres archive customer email refund ledger".split()
@@ -164,7 +164,7 @@ def spawn_worker(settings: WorkerSettings) -> subprocess.Popen[bytes]:
     if settings.llm_url is None:
         env.pop("ZQ_LLM_URL")
     return subprocess.Popen(
-        [sys.executable, "-m", "worker.cli", "worker", "--loglevel=WARNING"],
+        [sys.executable, "-m", "worker.cli.main", "worker", "--loglevel=WARNING"],
         env=env,
         stdout=subprocess.DEVNULL,
         stderr=subprocess.DEVNULL,

@@ -29,11 +29,11 @@ from pathlib import Path
 from bench.load import _text
 from producer import MemoryClient
 from worker.context import WorkerContext
-from worker.devserver import EmbeddedRedis
-from worker.drain import drain_shard
-from worker.importer import import_stream
+from worker.intake.drain import drain_shard
+from worker.runtime.devserver import EmbeddedRedis
 from worker.settings import WorkerSettings
-from worker.transfer import write_export
+from worker.transfer.export import write_export
+from worker.transfer.importer import import_stream
 
 log = logging.getLogger("bench.transfer")
 

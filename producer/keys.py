@@ -16,13 +16,13 @@ P:{sN}:kicked                  string  set while a drain task for shard N is que
 P:{sN}:drainer                 string  the worker process that last drained shard N
 P:{sN}:search                  list    packed SearchJob requests over one namespace of shard N,
                                        served by the process that drains the shard (see
-                                       worker/routing.py)
+                                       worker/search/routing.py)
 P:search                       list    packed SearchJob requests over several namespaces,
                                        served by every search thread
 P:searcher:<consumer>          string  set while that worker process serves searches (PX)
 P:process:<consumer>           hash    heartbeat of a live worker, searcher or beat process:
                                        role, host, pid, started, beat, state, version (PX; see
-                                       worker/heartbeat.py); deleted when it stops cleanly
+                                       worker/runtime/heartbeat.py); deleted when it stops cleanly
 P:processes                    zset    consumer -> when its process hash expires (epoch ms):
                                        the index `zettelq health` reads instead of a SCAN
 P:reply:<job_id>               list    one packed Reply, EXPIRE result_ttl_s; the caller BLPOPs it
@@ -134,7 +134,7 @@ class Keys:
 
     def search_stats(self, consumer: str) -> str:
         """Hash of a search server's last minute (searches, p50_ms, p99_ms), renewed with its
-        searcher key (worker/routing.py) and lapsing with it."""
+        searcher key (worker/search/routing.py) and lapsing with it."""
         return f"{self.prefix}:searchstats:{consumer}"
 
     def process(self, consumer: str) -> str:
@@ -195,7 +195,7 @@ class Keys:
 
     def erased(self, ns: str) -> str:
         """Sorted set: ids deleted (their content erased) -> when, in ms, until the audit job
-        has removed their earlier audit entries (worker/audit_log.py)."""
+        has removed their earlier audit entries (worker/organise/audit.py)."""
         return f"{self.prefix}:{{{ns}}}:erased"
 
     def changes(self, ns: str) -> str:

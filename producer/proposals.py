@@ -1,5 +1,5 @@
-"""Review of evolution proposals (written by ``worker.evolution``): decoding the records, and the
-script that accepts, rejects or reverts one in a single atomic step.
+"""Review of evolution proposals (written by ``worker.organise.evolution``): decoding the records,
+and the script that accepts, rejects or reverts one in a single atomic step.
 
 A proposal hash holds the note's raw field values before (``b:<name>``) and after
 (``a:<name>``) the change, for every evolved field plus ``version`` and ``updated_at``. The

@@ -125,7 +125,7 @@ class RestoreJob(_Wire):
 class SearchJob(_Wire):
     """A request a search thread serves: ``search``, ``context``, ``flush`` (wait until
     organised) or ``embed`` (vectors of ``texts`` by the worker's embedder); queued where
-    ``Keys.search_queue_of`` says (worker/routing.py)."""
+    ``Keys.search_queue_of`` says (worker/search/routing.py)."""
 
     job_id: str
     kind: Literal["search", "context", "flush", "embed"] = "search"

@@ -2,8 +2,8 @@
 kind as attributes, its content HTML-escaped) under a header saying the blocks are data, not
 instructions, so that stored text cannot pose as instructions to the model that reads it.
 
-``context()`` replies are rendered this way by the worker (worker/rendering.py); the doors that
-hand stored text to a model (the MCP tools) render hits and notes the same way.
+``context()`` replies are rendered this way by the worker (worker/search/rendering.py); the doors
+that hand stored text to a model (the MCP tools) render hits and notes the same way.
 """
 
 from __future__ import annotations

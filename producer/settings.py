@@ -1,7 +1,7 @@
 """Producer settings, read from ``ZQ_*`` environment variables (see docs/settings.md).
 
 Each field's docstring is its description (``use_attribute_docstrings``): deploy/env.example is
-generated from them (``python -m worker.envfile``), and a test holds the two in step.
+generated from them (``python -m worker.cli.envfile``), and a test holds the two in step.
 
 A bad value raises InvalidSetting, whose one-line message names the variable and what it expects
 (``ZQ_MAX_K='abc' is not a valid integer``); unknown_variables() names the ``ZQ_`` variables no

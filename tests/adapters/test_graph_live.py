@@ -21,8 +21,8 @@ from tests.adapters.conftest import uvicorn_serving  # noqa: E402
 from tests.conftest import drain_all, make_settings  # noqa: E402
 from tests.integration.test_evolution import NS, SEED  # noqa: E402
 from worker.context import WorkerContext  # noqa: E402
-from worker.evolution import evolve_namespace  # noqa: E402
 from worker.explorer.live import live_app  # noqa: E402
+from worker.organise.evolution import evolve_namespace  # noqa: E402
 from worker.settings import WorkerSettings  # noqa: E402
 
 XSS = "<script>alert(1)</script> and <img src=x onerror=alert(2)>"

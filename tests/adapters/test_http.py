@@ -33,9 +33,9 @@ from producer.settings import ProducerSettings  # noqa: E402
 from tests.adapters.conftest import uvicorn_serving  # noqa: E402
 from tests.conftest import drain_all  # noqa: E402
 from worker.context import WorkerContext  # noqa: E402
-from worker.devserver import free_port  # noqa: E402
-from worker.organiser import OrganiseServer  # noqa: E402
-from worker.server import SearchServer  # noqa: E402
+from worker.runtime.devserver import free_port  # noqa: E402
+from worker.runtime.organiser import OrganiseServer  # noqa: E402
+from worker.runtime.servers import SearchServer  # noqa: E402
 from worker.settings import WorkerSettings  # noqa: E402
 
 

@@ -15,7 +15,7 @@ pytest.importorskip("fastapi", reason="pip install -e '.[server]' to run this")
 from producer.adapters.http import create_app
 from producer.adapters.tokens import TokenStore
 from tests.adapters.conftest import uvicorn_serving
-from worker.server import SearchServer
+from worker.runtime.servers import SearchServer
 from worker.settings import WorkerSettings
 
 EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "http_agents.py"

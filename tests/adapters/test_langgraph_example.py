@@ -15,7 +15,7 @@ pytest.importorskip("langgraph.graph", reason="needs the langgraph extra")
 
 from producer import MemoryClient
 from producer.adapters.langgraph.mapping import encode_namespace
-from worker.server import SearchServer
+from worker.runtime.servers import SearchServer
 from worker.settings import WorkerSettings
 
 EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "langgraph_team.py"

@@ -26,7 +26,7 @@ from redis import Redis
 from producer import AsyncMemoryClient, MemoryClient
 from producer.adapters.langgraph import AsyncZettelqStore, ZettelqStore
 from producer.keys import Keys
-from worker.server import SearchServer
+from worker.runtime.servers import SearchServer
 from worker.settings import WorkerSettings
 
 

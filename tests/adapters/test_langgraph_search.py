@@ -21,7 +21,7 @@ from producer.adapters.langgraph.mapping import (
     note_id,
 )
 from tests.conftest import drain_all
-from worker.server import SearchServer
+from worker.runtime.servers import SearchServer
 
 
 @pytest.fixture

@@ -40,9 +40,9 @@ from producer.adapters.langgraph.mapping import (
 from producer.adapters.langgraph.query import plan_reads
 from producer.keys import Keys
 from tests.conftest import drain_all, make_settings
-from worker import periodic
 from worker.context import WorkerContext
-from worker.server import SearchServer
+from worker.organise import periodic
+from worker.runtime.servers import SearchServer
 
 
 @pytest.fixture

@@ -31,8 +31,8 @@ from producer.protocol import Note, Organised, Stats
 from producer.rendering import CONTEXT_HEADER
 from tests.conftest import drain_all, make_settings
 from worker.context import WorkerContext
-from worker.devserver import free_port
-from worker.organiser import OrganiseServer
+from worker.runtime.devserver import free_port
+from worker.runtime.organiser import OrganiseServer
 from worker.settings import WorkerSettings
 
 Scenario = Callable[[Client], Awaitable[None]]
@@ -338,7 +338,9 @@ def test_producer_imports_no_mcp_and_a_missing_extra_is_named():
 
 
 def test_zettelq_mcp_without_the_extra_says_which_to_install():
-    code = "import sys; sys.modules['mcp'] = None; from worker.cli import main; sys.exit(main())"
+    code = (
+        "import sys; sys.modules['mcp'] = None; from worker.cli.main import main; sys.exit(main())"
+    )
 
     out = subprocess.run(
         [sys.executable, "-c", code, "mcp"], capture_output=True, text=True, timeout=60

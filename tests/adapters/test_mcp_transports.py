@@ -34,9 +34,9 @@ from producer.errors import InvalidInput
 from tests.adapters.conftest import uvicorn_serving
 from tests.adapters.test_mcp import call, error_of, text
 from tests.conftest import drain_all
+from worker.cli.mcp import DEFAULT_PORT
 from worker.context import WorkerContext
-from worker.devserver import free_port
-from worker.mcp_command import DEFAULT_PORT
+from worker.runtime.devserver import free_port
 from worker.settings import WorkerSettings
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -97,7 +97,7 @@ def test_stdio_writes_nothing_but_protocol_messages_to_stdout(cli_env: WorkerSet
     listed = {"jsonrpc": "2.0", "id": 2, "method": "tools/list"}
     ready = {"jsonrpc": "2.0", "method": "notifications/initialized"}
     proc = subprocess.Popen(
-        [sys.executable, "-m", "worker.cli", "mcp"],
+        [sys.executable, "-m", "worker.cli.main", "mcp"],
         stdin=subprocess.PIPE,
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
@@ -217,7 +217,16 @@ def test_zettelq_mcp_http_serves_until_sigterm(cli_env: WorkerSettings, tokens: 
     secret, _ = tokens.create(read=["cli-http"], write=["cli-http"])
     port = free_port()
     proc = subprocess.Popen(
-        [sys.executable, "-m", "worker.cli", "mcp", "--http", "--port", str(port), "--stateless"],
+        [
+            sys.executable,
+            "-m",
+            "worker.cli.main",
+            "mcp",
+            "--http",
+            "--port",
+            str(port),
+            "--stateless",
+        ],
         env=stdio_env(),
         cwd=ROOT,
         stdout=subprocess.PIPE,

@@ -12,8 +12,8 @@ from pathlib import Path
 import pytest
 
 from producer.adapters.tokens import TokenStore
-from worker.cli import main
-from worker.devserver import free_port
+from worker.cli.main import main
+from worker.runtime.devserver import free_port
 from worker.settings import WorkerSettings
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -84,7 +84,7 @@ def test_zettelq_serve_answers_health_and_a_store(cli_env: WorkerSettings) -> No
     with TokenStore.from_settings(cli_env) as tokens:
         secret, _ = tokens.create(write=["s"])
     port = free_port()
-    argv = [sys.executable, "-m", "worker.cli", "serve", "--port", str(port), "--access-log"]
+    argv = [sys.executable, "-m", "worker.cli.main", "serve", "--port", str(port), "--access-log"]
     with subprocess.Popen(argv, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE) as proc:
         try:
             url = f"http://127.0.0.1:{port}"
@@ -129,7 +129,7 @@ def test_import_producer_needs_no_web_framework() -> None:
         "import sys\n"
         "for name in ('fastapi', 'starlette', 'uvicorn', 'httpx'):\n"
         "    sys.modules[name] = None\n"
-        "import producer, producer.adapters.tokens, worker.serve_cli\n"
+        "import producer, producer.adapters.tokens, worker.cli.serve\n"
     )
     loaded = python(
         "import sys, producer, producer.adapters.tokens; "
@@ -142,7 +142,7 @@ def test_import_producer_needs_no_web_framework() -> None:
 
 def test_without_the_extra_the_http_module_and_serve_name_it(cli_env: WorkerSettings) -> None:
     imported = python(BLOCK_FASTAPI + "import producer.adapters.http")
-    served = python(BLOCK_FASTAPI + "from worker.cli import main; sys.exit(main(['serve']))")
+    served = python(BLOCK_FASTAPI + "from worker.cli.main import main; sys.exit(main(['serve']))")
 
     assert "ModuleNotFoundError" in imported.stderr and "zettelq[server]" in imported.stderr
     assert served.returncode == 1

@@ -9,7 +9,7 @@ import socket
 import threading
 from types import TracebackType
 
-from worker.devserver import free_port
+from worker.runtime.devserver import free_port
 
 CHUNK = 65536  #: bytes read from a socket at a time
 VERSION_LINE = re.compile(rb"redis_version:[^\r\n]*")

@@ -16,7 +16,7 @@ from producer import Backpressure, MemoryClient, ReplyTimeout
 from tests.conftest import make_settings
 from tests.e2e.workers import running, signal_group, wait_until
 from worker.context import WorkerContext
-from worker.integrity import check_namespace
+from worker.store.integrity import check_namespace
 
 pytestmark = pytest.mark.e2e
 

@@ -22,7 +22,7 @@ from redis import Redis
 from producer import MemoryClient
 from tests.e2e.workers import running, signal_group, stop, wait_until, worker_env
 from tests.integration.test_consolidation import OTHER, SOLAR
-from worker.periodic import JOBS
+from worker.organise.periodic import JOBS
 from worker.settings import WorkerSettings
 
 pytestmark = pytest.mark.e2e
@@ -43,7 +43,7 @@ BEAT_ENV = {
 
 def spawn_beat(settings: WorkerSettings) -> subprocess.Popen[bytes]:
     return subprocess.Popen(
-        [sys.executable, "-m", "worker.cli", "beat", "--loglevel=WARNING"],
+        [sys.executable, "-m", "worker.cli.main", "beat", "--loglevel=WARNING"],
         env={**worker_env(settings), **BEAT_ENV},
         stdout=subprocess.DEVNULL,
         start_new_session=True,
@@ -125,7 +125,7 @@ def test_a_worker_runs_what_beat_sends_and_stats_show_each_run(settings, redis_d
         assert stats.jobs["importance"].at > 0
         assert any(mem.get(nid, namespace="beat").importance != 0.5 for nid in ids)
     out = subprocess.run(
-        [sys.executable, "-m", "worker.cli", "runs", "--json"],
+        [sys.executable, "-m", "worker.cli.main", "runs", "--json"],
         env=worker_env(settings),
         capture_output=True,
         check=True,
@@ -149,7 +149,16 @@ def test_the_cli_organises_a_namespace_through_a_worker(settings):
     with MemoryClient(settings) as mem, running(settings, ZQ_CONSOLIDATE_MIN_WEIGHT="0.2"):
         mem.store_many([SOLAR[0], OTHER[0], SOLAR[1], OTHER[1], SOLAR[2]], namespace="cli")
         out = subprocess.run(
-            [sys.executable, "-m", "worker.cli", "organise", "cli", "--json", "--timeout", "60"],
+            [
+                sys.executable,
+                "-m",
+                "worker.cli.main",
+                "organise",
+                "cli",
+                "--json",
+                "--timeout",
+                "60",
+            ],
             env=env,
             capture_output=True,
             check=True,
@@ -162,7 +171,7 @@ def test_the_cli_organises_a_namespace_through_a_worker(settings):
             [
                 sys.executable,
                 "-m",
-                "worker.cli",
+                "worker.cli.main",
                 "organise",
                 "cli",
                 "--jobs",
@@ -181,7 +190,7 @@ def test_the_cli_organises_a_namespace_through_a_worker(settings):
 
 def test_the_cli_reports_a_failed_organise_without_a_worker(settings):
     out = subprocess.run(
-        [sys.executable, "-m", "worker.cli", "organise", "nobody", "--timeout", "0.5"],
+        [sys.executable, "-m", "worker.cli.main", "organise", "nobody", "--timeout", "0.5"],
         env=worker_env(settings),
         capture_output=True,
         text=True,

@@ -20,7 +20,7 @@ import pytest
 from tests.compose import environment, healthcheck_argv, interpolate, services
 from tests.conftest import make_settings
 from tests.e2e.workers import stop, wait_until, worker_env
-from worker.devserver import EmbeddedRedis, free_port
+from worker.runtime.devserver import EmbeddedRedis, free_port
 from worker.settings import WorkerSettings
 
 pytestmark = pytest.mark.e2e

@@ -26,9 +26,9 @@ from producer.protocol import link_weights
 from tests.conftest import drain_all, make_settings
 from tests.e2e.workers import running, wait_ready
 from worker.context import WorkerContext
-from worker.integrity import check_namespace
-from worker.linking import STRONG_MARGIN
+from worker.organise.linking import STRONG_MARGIN
 from worker.settings import WorkerSettings
+from worker.store.integrity import check_namespace
 
 pytestmark = pytest.mark.e2e
 

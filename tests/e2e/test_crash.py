@@ -13,8 +13,8 @@ import pytest
 from producer import MemoryClient
 from tests.e2e.workers import kill_group, stop, wait_until, worker_env
 from worker.context import WorkerContext
-from worker.integrity import check_namespace
-from worker.server import SearchServer
+from worker.runtime.servers import SearchServer
+from worker.store.integrity import check_namespace
 
 pytestmark = pytest.mark.e2e
 
@@ -23,7 +23,7 @@ N = 3000
 
 def spawn_worker(settings) -> subprocess.Popen[bytes]:
     return subprocess.Popen(
-        [sys.executable, "-m", "worker.cli", "worker", "--loglevel=WARNING"],
+        [sys.executable, "-m", "worker.cli.main", "worker", "--loglevel=WARNING"],
         env=worker_env(settings),
         stdout=subprocess.DEVNULL,
         start_new_session=True,  # its own process group, so kill -9 takes the pool child too

@@ -10,8 +10,8 @@ import pytest
 from producer import MemoryClient
 from tests.e2e.workers import running, wait_until
 from worker.context import WorkerContext
-from worker.degree import DEGREE_CAP
-from worker.integrity import check_namespace
+from worker.store.degree import DEGREE_CAP
+from worker.store.integrity import check_namespace
 
 pytestmark = pytest.mark.e2e
 

@@ -9,7 +9,7 @@ import sys
 import pytest
 
 from tests.e2e.workers import worker_env
-from worker.demo import QUERIES
+from worker.cli.demo import QUERIES
 from worker.settings import WorkerSettings
 
 pytestmark = pytest.mark.e2e
@@ -17,7 +17,7 @@ pytestmark = pytest.mark.e2e
 
 def test_the_demo_prints_every_query_and_no_library_noise(settings: WorkerSettings) -> None:
     done = subprocess.run(
-        [sys.executable, "-m", "worker.cli", "demo"],
+        [sys.executable, "-m", "worker.cli.main", "demo"],
         env=worker_env(settings),
         capture_output=True,
         text=True,

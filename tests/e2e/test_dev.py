@@ -14,7 +14,7 @@ import pytest
 from producer import MemoryClient
 from tests.conftest import make_settings
 from tests.e2e.workers import wait_until, worker_env
-from worker.devserver import EmbeddedRedis, redis_reachable
+from worker.runtime.devserver import EmbeddedRedis, redis_reachable
 from worker.settings import WorkerSettings
 
 pytestmark = pytest.mark.e2e
@@ -22,7 +22,7 @@ pytestmark = pytest.mark.e2e
 
 def _dev(settings: WorkerSettings, data_dir: Path) -> subprocess.Popen[bytes]:
     proc = subprocess.Popen(
-        [sys.executable, "-m", "worker.cli", "dev", "--data-dir", str(data_dir)],
+        [sys.executable, "-m", "worker.cli.main", "dev", "--data-dir", str(data_dir)],
         env=worker_env(settings),
         stdout=subprocess.DEVNULL,
         stderr=subprocess.DEVNULL,

@@ -23,9 +23,9 @@ import pytest
 from producer import Conflict, MemoryClient
 from tests.e2e.workers import running, wait_until
 from worker.context import WorkerContext
-from worker.evolution import evolve_namespace
-from worker.integrity import check_namespace
+from worker.organise.evolution import evolve_namespace
 from worker.settings import WorkerSettings
+from worker.store.integrity import check_namespace
 
 pytestmark = pytest.mark.e2e
 

@@ -23,7 +23,7 @@ from tests.e2e.workers import (
     wait_until,
     worker_env,
 )
-from worker.heartbeat import LIVE_S
+from worker.runtime.heartbeat import LIVE_S
 from worker.settings import WorkerSettings
 
 pytestmark = pytest.mark.e2e
@@ -34,7 +34,7 @@ STARTUP_S = 120.0  #: how long processes may take to start on a loaded machine
 
 def health(settings: WorkerSettings, *args: str, **env: str) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
-        [sys.executable, "-m", "worker.cli", "health", *args],
+        [sys.executable, "-m", "worker.cli.main", "health", *args],
         env={**worker_env(settings), **env},
         capture_output=True,
         text=True,

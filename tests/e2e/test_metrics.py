@@ -13,7 +13,7 @@ import pytest
 
 from producer import MemoryClient
 from tests.e2e.workers import running, spawn_searcher, stop, wait_until
-from worker.devserver import free_port
+from worker.runtime.devserver import free_port
 from worker.settings import WorkerSettings
 
 prometheus_parser = pytest.importorskip(

@@ -21,9 +21,9 @@ from producer import MemoryClient
 from tests.conftest import make_settings
 from tests.e2e.workers import group_members, running, signal_group, wait_ready, wait_until
 from worker.context import WorkerContext
-from worker.devserver import EmbeddedRedis
-from worker.integrity import check_namespace
+from worker.runtime.devserver import EmbeddedRedis
 from worker.settings import WorkerSettings
+from worker.store.integrity import check_namespace
 
 pytestmark = pytest.mark.e2e
 

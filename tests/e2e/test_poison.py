@@ -48,7 +48,7 @@ POISON = {
 
 def _dead(settings: WorkerSettings, *args: str) -> str:
     out = subprocess.run(
-        [sys.executable, "-m", "worker.cli", "dead", *args],
+        [sys.executable, "-m", "worker.cli.main", "dead", *args],
         env=worker_env(settings),
         capture_output=True,
         check=True,

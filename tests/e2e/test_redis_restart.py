@@ -21,8 +21,8 @@ from producer import MemoryClient, ReplyTimeout, Unavailable
 from tests.conftest import make_settings
 from tests.e2e.workers import running, wait_until
 from worker.context import WorkerContext
-from worker.devserver import EmbeddedRedis
-from worker.integrity import check_namespace
+from worker.runtime.devserver import EmbeddedRedis
+from worker.store.integrity import check_namespace
 
 pytestmark = pytest.mark.e2e
 

@@ -23,7 +23,7 @@ NOTES = [
 
 def _searcher(settings: WorkerSettings) -> subprocess.Popen[bytes]:
     return subprocess.Popen(
-        [sys.executable, "-m", "worker.cli", "searcher"],
+        [sys.executable, "-m", "worker.cli.main", "searcher"],
         env=worker_env(settings),
         stdout=subprocess.DEVNULL,
         stderr=subprocess.DEVNULL,

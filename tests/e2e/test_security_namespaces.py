@@ -23,8 +23,8 @@ from producer import AccessDenied, JobFailed, MemoryClient, Unavailable, signing
 from producer.protocol import pack
 from tests.conftest import make_settings
 from tests.e2e.workers import running, wait_until
-from worker.devserver import EmbeddedRedis
-from worker.dispatch import PRODUCER_SCRIPTS
+from worker.intake.dispatch import PRODUCER_SCRIPTS
+from worker.runtime.devserver import EmbeddedRedis
 from worker.settings import WorkerSettings
 
 pytestmark = pytest.mark.e2e

@@ -12,11 +12,11 @@ import pytest
 
 from producer import MemoryClient
 from tests.e2e.workers import running, wait_until
-from worker.consolidation import consolidate_namespace
 from worker.context import WorkerContext
-from worker.integrity import check_namespace
-from worker.merge import merge_namespace
-from worker.supersession import supersede_namespace
+from worker.organise.consolidation import consolidate_namespace
+from worker.organise.merge import merge_namespace
+from worker.organise.supersession import supersede_namespace
+from worker.store.integrity import check_namespace
 
 pytestmark = pytest.mark.e2e
 

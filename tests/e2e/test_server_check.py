@@ -14,8 +14,8 @@ import pytest
 from tests.conftest import make_settings
 from tests.e2e.resp_proxy import VersionProxy
 from tests.e2e.workers import stop, wait_until, worker_env
-from worker import cli
-from worker.devserver import EmbeddedRedis
+from worker.cli.main import main as cli
+from worker.runtime.devserver import EmbeddedRedis
 
 pytestmark = pytest.mark.e2e
 
@@ -31,7 +31,7 @@ def old_redis(own_redis: EmbeddedRedis) -> Iterator[VersionProxy]:
 
 def _worker(env: dict[str, str], *args: str, stderr: object) -> subprocess.Popen[bytes]:
     return subprocess.Popen(
-        [sys.executable, "-m", "worker.cli", "worker", *args],
+        [sys.executable, "-m", "worker.cli.main", "worker", *args],
         env=env,
         stdout=subprocess.DEVNULL,
         stderr=stderr,
@@ -73,7 +73,7 @@ def test_the_demo_and_dev_refuse_it_in_one_line_before_starting_a_worker(
 def test_a_searcher_refuses_it_in_one_line(old_redis: VersionProxy, tmp_path: Path) -> None:
     env = worker_env(make_settings(tmp_path, redis_url=old_redis.url))
     done = subprocess.run(
-        [sys.executable, "-m", "worker.cli", "searcher"],
+        [sys.executable, "-m", "worker.cli.main", "searcher"],
         env=env,
         capture_output=True,
         text=True,

@@ -50,7 +50,7 @@ def wait_ready(settings: WorkerSettings, count: int, timeout_s: float = 60.0) ->
 def spawn(settings: WorkerSettings, **env: str) -> subprocess.Popen[bytes]:
     """A `zettelq worker` in a process group of its own (so signals reach its pool child too)."""
     return subprocess.Popen(
-        [sys.executable, "-m", "worker.cli", "worker", "--loglevel=WARNING"],
+        [sys.executable, "-m", "worker.cli.main", "worker", "--loglevel=WARNING"],
         env={**worker_env(settings), **env},
         stdout=subprocess.DEVNULL,
         start_new_session=True,
@@ -60,7 +60,7 @@ def spawn(settings: WorkerSettings, **env: str) -> subprocess.Popen[bytes]:
 def spawn_searcher(settings: WorkerSettings, **env: str) -> subprocess.Popen[bytes]:
     """A `zettelq searcher` in a process group of its own."""
     return subprocess.Popen(
-        [sys.executable, "-m", "worker.cli", "searcher"],
+        [sys.executable, "-m", "worker.cli.main", "searcher"],
         env={**worker_env(settings), **env},
         stdout=subprocess.DEVNULL,
         stderr=subprocess.DEVNULL,

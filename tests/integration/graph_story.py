@@ -8,8 +8,8 @@ from dataclasses import dataclass
 
 from producer import MemoryClient
 from tests.conftest import drain_all
-from worker.consolidation import consolidate_namespace
 from worker.context import WorkerContext
+from worker.organise.consolidation import consolidate_namespace
 
 NS = "graph"
 DAY = 86_400.0

@@ -1,14 +1,14 @@
-"""worker.candidates: the reads a search makes, against the real Redis."""
+"""worker.search.candidates: the reads a search makes, against the real Redis."""
 
 from __future__ import annotations
 
 import pytest
 
 from producer.protocol import link_label
-from worker import notes
-from worker.bulk import BulkTransaction
-from worker.candidates import Cand, load_links
-from worker.linking import Link
+from worker.organise.linking import Link
+from worker.search.candidates import Cand, load_links
+from worker.store import notes
+from worker.store.bulk import BulkTransaction
 
 
 @pytest.mark.parametrize("degree", [5, 300])

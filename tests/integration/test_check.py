@@ -8,7 +8,7 @@ import pytest
 
 from producer import MemoryClient
 from tests.conftest import drain_all
-from worker.cli import main
+from worker.cli.main import main
 from worker.context import WorkerContext
 from worker.settings import WorkerSettings
 

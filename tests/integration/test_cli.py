@@ -18,8 +18,8 @@ import pytest
 from producer import MemoryClient
 from tests.conftest import drain_all
 from worker.context import WorkerContext
-from worker.devserver import free_port
-from worker.server import SearchServer
+from worker.runtime.devserver import free_port
+from worker.runtime.servers import SearchServer
 from worker.settings import WorkerSettings
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -32,7 +32,7 @@ def zettelq(
     """Run ``zettelq ARGS`` in a process of its own with this environment (ZQ_DEBUG unset)."""
     base = {k: v for k, v in os.environ.items() if k != "ZQ_DEBUG"}
     return subprocess.run(
-        [python, "-m", "worker.cli", *args],
+        [python, "-m", "worker.cli.main", *args],
         env={**base, **env},
         capture_output=True,
         text=True,
@@ -90,7 +90,7 @@ def test_debug_adds_the_traceback(cli_env: WorkerSettings) -> None:
 def test_ctrl_c_exits_130_quietly(cli_env: WorkerSettings) -> None:
     """A search with no worker to answer waits for its reply; Ctrl-C ends the wait."""
     proc = subprocess.Popen(
-        [sys.executable, "-m", "worker.cli", "search", "anything", "-n", NS],
+        [sys.executable, "-m", "worker.cli.main", "search", "anything", "-n", NS],
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,
@@ -104,7 +104,7 @@ def test_ctrl_c_exits_130_quietly(cli_env: WorkerSettings) -> None:
 
 def test_a_reader_that_leaves_ends_it_quietly(cli_env: WorkerSettings) -> None:
     """As ``zettelq dead list | head -0``: stdout is closed before the command writes."""
-    command = [sys.executable, "-m", "worker.cli", "dead", "list"]
+    command = [sys.executable, "-m", "worker.cli.main", "dead", "list"]
     with subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE) as proc:
         assert proc.stdout is not None and proc.stderr is not None
         proc.stdout.close()
@@ -135,7 +135,7 @@ def test_plain_commands_print_no_library_noise_and_load_no_faiss(
     out = zettelq("dead", "list")
     assert (out.returncode, out.stdout, out.stderr) == (0, "no dead letters\n", "")
     probe = (
-        "import sys; from worker.cli import main; main(['stats'])\n"
+        "import sys; from worker.cli.main import main; main(['stats'])\n"
         "print(sorted(m for m in sys.modules if m in ('faiss', 'numpy', 'celery')))"
     )
     out = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, cwd=ROOT)

@@ -14,11 +14,11 @@ from producer import MemoryClient
 from producer.protocol import unpack_link
 from tests.conftest import drain_all, make_settings
 from tests.integration.chat_server import ChatServer, answer, chat
-from worker.consolidation import consolidate_namespace
 from worker.context import WorkerContext
-from worker.integrity import check_namespace
-from worker.periodic import last_runs, organise, run_periodic
-from worker.server import SearchServer
+from worker.organise.consolidation import consolidate_namespace
+from worker.organise.periodic import last_runs, organise, run_periodic
+from worker.runtime.servers import SearchServer
+from worker.store.integrity import check_namespace
 
 __all__ = ["chat"]
 

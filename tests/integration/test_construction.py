@@ -15,13 +15,13 @@ from producer import MemoryClient
 from producer.protocol import unpack_link
 from tests.conftest import drain_all, make_settings
 from tests.integration.chat_server import ChatServer, Scripted, answer, answer_with, chat
-from worker import construction
 from worker.context import WorkerContext
-from worker.drain import decode_job
-from worker.ingest import handle_jobs
-from worker.integrity import check_namespace
-from worker.keywords import MAX_KEYWORD_CHARS, extract_keywords
-from worker.server import SearchServer
+from worker.intake import construction
+from worker.intake.drain import decode_job
+from worker.intake.ingest import handle_jobs
+from worker.runtime.servers import SearchServer
+from worker.store.integrity import check_namespace
+from worker.text import MAX_KEYWORD_CHARS, extract_keywords
 
 __all__ = ["chat"]
 

@@ -3,10 +3,10 @@ reads for them (only the weakest links' metadata is read)."""
 
 from __future__ import annotations
 
-from worker import notes
 from worker.context import WorkerContext
-from worker.degree import plan_cap
-from worker.linking import Link
+from worker.organise.linking import Link
+from worker.store import notes
+from worker.store.degree import plan_cap
 
 NS = "deg"
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import re
 
-from worker.demo import MEMORIES, MIN_RELEVANCE, QUERIES, run_demo
+from worker.cli.demo import MEMORIES, MIN_RELEVANCE, QUERIES, run_demo
 
 
 def test_each_demo_query_returns_the_expected_note_first(settings, server, capsys):

@@ -1,5 +1,5 @@
-"""Queueing drains, against the real Redis: the dispatcher's kicks (worker.dispatch), queued for
-a shard with new entries only when no drain holds it, none lost when entries arrive as a drain
+"""Queueing drains, against the real Redis: the dispatcher's kicks (worker.intake.dispatch), queued
+for a shard with new entries only when no drain holds it, none lost when entries arrive as a drain
 ends; and a drain's hand-over to another waiting shard when its time slice is up."""
 
 from __future__ import annotations
@@ -13,11 +13,11 @@ from redis import Redis
 
 from producer import MemoryClient
 from tests.conftest import make_settings
-from worker import drain as drain_module
 from worker.context import WorkerContext
-from worker.dispatch import GROUP, kick, prune_consumers, sweep
-from worker.drain import SLICE_S, drain_shard, next_shard, run_drain
-from worker.lease import Lease
+from worker.intake import drain as drain_module
+from worker.intake.dispatch import GROUP, kick, prune_consumers, sweep
+from worker.intake.drain import SLICE_S, drain_shard, next_shard, run_drain
+from worker.store.lease import Lease
 
 
 def _sent() -> tuple[list[int], Callable[[int], None]]:

@@ -9,7 +9,7 @@ import pytest
 
 from producer import AsyncMemoryClient, InvalidInput
 from producer.protocol import SearchJob
-from worker import search
+from worker.search import retrieve as search
 
 
 def test_embed_returns_the_vectors_the_worker_gives_notes(client, ctx, server):

@@ -12,9 +12,9 @@ import pytest
 
 from producer import MemoryClient, NotFound
 from tests.conftest import drain_all, make_settings
-from worker import periodic
 from worker.context import WorkerContext
-from worker.organiser import OrganiseServer
+from worker.organise import periodic
+from worker.runtime.organiser import OrganiseServer
 
 NS = "erase"
 SECRET = "card 4111 1111 1111 1111 exp 09/29"

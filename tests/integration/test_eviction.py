@@ -8,9 +8,9 @@ from producer import MemoryClient, NotFound
 from tests.conftest import make_settings
 from tests.integration.test_store_search import SEED_000
 from worker.context import WorkerContext
-from worker.integrity import check_namespace
-from worker.periodic import run_periodic
-from worker.server import SearchServer
+from worker.organise.periodic import run_periodic
+from worker.runtime.servers import SearchServer
+from worker.store.integrity import check_namespace
 
 
 def test_eviction_tombstones_the_lowest_value_notes_everywhere(redis_db, tmp_path):

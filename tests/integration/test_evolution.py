@@ -24,13 +24,13 @@ from producer import (
 )
 from tests.conftest import drain_all, make_settings
 from tests.integration.chat_server import ChatServer, Scripted, answer, chat
-from worker import cli
+from worker.cli.main import main as cli
 from worker.context import WorkerContext
-from worker.evolution import evolve_namespace
-from worker.integrity import check_namespace
-from worker.lease import Lease
-from worker.periodic import last_runs, run_periodic
-from worker.proposals import expire_settled
+from worker.organise.evolution import evolve_namespace
+from worker.organise.periodic import last_runs, run_periodic
+from worker.organise.proposals import expire_settled
+from worker.store.integrity import check_namespace
+from worker.store.lease import Lease
 
 __all__ = ["chat"]
 

@@ -16,11 +16,11 @@ import pytest
 from producer import MemoryClient
 from tests.conftest import make_settings
 from tests.integration.graph_story import NS, SVELTE, XSS, store_story
+from worker.cli.operations import Streams
 from worker.context import WorkerContext
 from worker.explorer.page import render_page
 from worker.explorer.view import read_view, select
-from worker.operations import Streams
-from worker.server import SearchServer
+from worker.runtime.servers import SearchServer
 
 sync_api = pytest.importorskip(
     "playwright.sync_api", reason="needs playwright: pip install 'zettelq[dev]'"

@@ -20,14 +20,14 @@ from producer.core import redis_errors
 from producer.protocol import Reply, pack, unpack
 from tests.conftest import drain_all
 from worker import daemon
+from worker.cli.health import verdict
 from worker.context import WorkerContext
 from worker.daemon import Daemon
-from worker.devserver import EmbeddedRedis
-from worker.dispatch import Dispatcher
-from worker.health import verdict
-from worker.heartbeat import ProcessHeartbeat
-from worker.organiser import OrganiseServer
-from worker.server import SearchServer, send_reply
+from worker.intake.dispatch import Dispatcher
+from worker.runtime.devserver import EmbeddedRedis
+from worker.runtime.heartbeat import ProcessHeartbeat
+from worker.runtime.organiser import OrganiseServer
+from worker.runtime.servers import SearchServer, send_reply
 from worker.settings import WorkerSettings
 
 NS = "heal"

@@ -6,10 +6,10 @@ from __future__ import annotations
 import msgpack
 
 from tests.conftest import drain_all
-from worker import notes
-from worker.importance import AUDIT_DELTA, importance_namespace
-from worker.integrity import check_namespace
-from worker.periodic import last_runs, run_periodic
+from worker.organise.importance import AUDIT_DELTA, importance_namespace
+from worker.organise.periodic import last_runs, run_periodic
+from worker.store import notes
+from worker.store.integrity import check_namespace
 
 SOLAR = [
     "The project Apollo builds a dashboard for tracking solar panel efficiency.",

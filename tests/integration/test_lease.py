@@ -1,4 +1,4 @@
-"""Leases and the fenced commit (worker.lease), against the real Redis."""
+"""Leases and the fenced commit (worker.store.lease), against the real Redis."""
 
 from __future__ import annotations
 
@@ -12,7 +12,7 @@ from redis.exceptions import ResponseError
 from producer import MemoryClient
 from tests.conftest import drain_all
 from worker.context import WorkerContext
-from worker.lease import Lease, LeaseLost
+from worker.store.lease import Lease, LeaseLost
 
 
 def test_fenced_commit_applies_every_write_and_returns_raw_replies(redis_db: Redis) -> None:

@@ -19,9 +19,9 @@ from producer.protocol import unpack_link
 from tests.conftest import drain_all, make_settings
 from tests.integration.chat_server import ChatServer, Scripted, answer, chat
 from worker.context import WorkerContext
-from worker.integrity import check_namespace
-from worker.llm_judge import judge_all, judge_namespace
-from worker.server import SearchServer
+from worker.organise.judge import judge_all, judge_namespace
+from worker.runtime.servers import SearchServer
+from worker.store.integrity import check_namespace
 
 __all__ = ["chat"]
 

@@ -11,8 +11,8 @@ from pydantic import BaseModel
 
 from tests.conftest import make_settings
 from tests.integration.chat_server import ChatServer, Scripted, answer, chat
-from worker import llm
 from worker.context import WorkerContext
+from worker.organise import llm
 
 __all__ = ["chat"]
 

@@ -14,12 +14,12 @@ import pytest
 from producer import AsyncMemoryClient, MemoryClient, NotFound
 from producer.protocol import unpack_link
 from tests.conftest import drain_all
-from worker import merge
 from worker.context import WorkerContext
-from worker.integrity import check_namespace
-from worker.merge import merge_namespace
-from worker.periodic import last_runs, run_periodic
-from worker.server import SearchServer
+from worker.organise import merge
+from worker.organise.merge import merge_namespace
+from worker.organise.periodic import last_runs, run_periodic
+from worker.runtime.servers import SearchServer
+from worker.store.integrity import check_namespace
 
 FACT = "The customer's Snowflake account uses key-pair auth with Azure AD"
 TWIN = "The customer Snowflake account uses key pair auth with Azure AD."

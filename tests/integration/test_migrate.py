@@ -1,5 +1,5 @@
-"""worker.migrate: links stored in the layout before 2026-12-01 (a sorted set of weights plus a
-linkmeta hash per note) become one links hash per note, byte for byte what the new code writes."""
+"""worker.store.migrate: links stored in the layout before 2026-12-01 (a sorted set of weights plus
+a linkmeta hash per note) become one links hash per note, byte for byte what the new code writes."""
 
 from __future__ import annotations
 
@@ -9,12 +9,12 @@ import pytest
 from producer import MemoryClient
 from producer.protocol import unpack_link
 from tests.conftest import drain_all
-from worker import deadletter
-from worker.cli import main
+from worker.cli.main import main
 from worker.context import WorkerContext
-from worker.integrity import check_namespace
-from worker.migrate import MigrationRefused, migrate_links
+from worker.intake import deadletter
 from worker.settings import WorkerSettings
+from worker.store.integrity import check_namespace
+from worker.store.migrate import MigrationRefused, migrate_links
 
 TEXTS = [
     "The billing service retries failed card payments three times.",

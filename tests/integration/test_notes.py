@@ -1,4 +1,4 @@
-"""worker.notes against the real Redis."""
+"""worker.store.notes against the real Redis."""
 
 from __future__ import annotations
 
@@ -7,9 +7,9 @@ from redis import Redis
 
 from producer.keys import Keys
 from producer.protocol import link_meta, link_weight, pack_link, unpack_link
-from worker import notes
-from worker.bulk import BulkTransaction, fields
-from worker.linking import Link
+from worker.organise.linking import Link
+from worker.store import notes
+from worker.store.bulk import BulkTransaction, fields
 
 
 def test_write_links_writes_both_sides_with_label_and_source(redis_db: Redis) -> None:

@@ -19,10 +19,10 @@ import pytest
 from producer import MemoryClient
 from tests.conftest import drain_all, make_settings
 from worker.context import WorkerContext
-from worker.embedding import EmbedderUnavailable, EmbeddingRejected, HashingEmbedder
-from worker.model_embedding import build_embedder
-from worker.openai_embedding import OpenAIEmbedder
-from worker.server import SearchServer
+from worker.models.hashing import EmbedderUnavailable, EmbeddingRejected, HashingEmbedder
+from worker.models.openai import OpenAIEmbedder
+from worker.models.sentence_transformers import build_embedder
+from worker.runtime.servers import SearchServer
 
 DIM = 32
 

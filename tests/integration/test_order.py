@@ -1,6 +1,7 @@
 """Exactly once in effect, in stream order: whatever is redelivered, reclaimed or retried, the
 state of an id is the effect of its last job in its shard stream. Driven through the worker's own
-drain (worker.drain) and dead-letter retry (worker.deadletter), against the real Redis."""
+drain (worker.intake.drain) and dead-letter retry (worker.intake.deadletter), against the real
+Redis."""
 
 from __future__ import annotations
 
@@ -13,13 +14,13 @@ from redis import Redis
 
 from producer import MemoryClient
 from tests.conftest import make_settings
-from worker import drain as drain_module
 from worker.context import WorkerContext
-from worker.deadletter import retry_dead
-from worker.drain import GROUP, RawEntry, drain_shard
-from worker.integrity import check_namespace
-from worker.lease import LeaseLost
+from worker.intake import drain as drain_module
+from worker.intake.deadletter import retry_dead
+from worker.intake.drain import GROUP, RawEntry, drain_shard
 from worker.settings import WorkerSettings
+from worker.store.integrity import check_namespace
+from worker.store.lease import LeaseLost
 
 NS = "order"
 LEASE_S = 1.0

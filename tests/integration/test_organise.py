@@ -15,10 +15,10 @@ from tests.conftest import drain_all, make_settings
 from tests.e2e.workers import wait_until
 from tests.integration.test_consolidation import OTHER, SOLAR
 from worker.context import WorkerContext
-from worker.integrity import check_namespace
-from worker.organiser import OrganiseServer
-from worker.periodic import JOBS
+from worker.organise.periodic import JOBS
+from worker.runtime.organiser import OrganiseServer
 from worker.settings import WorkerSettings
+from worker.store.integrity import check_namespace
 
 
 @pytest.fixture

@@ -12,10 +12,10 @@ from tests.conftest import drain_all, make_settings
 from tests.e2e.workers import wait_until
 from tests.integration.test_consolidation import OTHER, SOLAR
 from worker.context import WorkerContext
-from worker.organiser import OrganiseServer
-from worker.periodic import PeriodicRun, last_runs, run_periodic
-from worker.projection import snapshot_path
-from worker.snapshot import Snapshotter, snapshot_all
+from worker.index.projection import snapshot_path
+from worker.organise.periodic import PeriodicRun, last_runs, run_periodic
+from worker.runtime.organiser import OrganiseServer
+from worker.runtime.snapshotter import Snapshotter, snapshot_all
 
 
 def build(tmp_path, **overrides) -> WorkerContext:

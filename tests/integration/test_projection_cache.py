@@ -13,7 +13,7 @@ from producer import MemoryClient
 from producer.protocol import SearchJob
 from tests.conftest import drain_all, make_settings
 from worker.context import WorkerContext
-from worker.search import search
+from worker.search.retrieve import search
 
 NOTES = [
     "Solar panels on the depot roof feed the charging bays.",

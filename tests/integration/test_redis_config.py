@@ -1,5 +1,5 @@
-"""worker.redis_config: the version check and the advice a worker logs about the Redis it runs
-on, against real servers."""
+"""worker.runtime.redis_config: the version check and the advice a worker logs about the Redis it
+runs on, against real servers."""
 
 from __future__ import annotations
 
@@ -9,8 +9,8 @@ import tempfile
 import pytest
 from redis import Redis
 
-from worker.devserver import EmbeddedRedis
-from worker.redis_config import (
+from worker.runtime.devserver import EmbeddedRedis
+from worker.runtime.redis_config import (
     LISTPACK_VALUE,
     advice,
     check_at_start,
@@ -68,7 +68,7 @@ def test_an_evicting_policy_is_warned_about_once_at_start(
     with (
         EmbeddedRedis(extra_args=["--maxmemory-policy", "allkeys-lru"]) as server,
         Redis.from_url(server.url) as r,
-        caplog.at_level(logging.WARNING, logger="worker.redis_config"),
+        caplog.at_level(logging.WARNING, logger="worker.runtime.redis_config"),
     ):
         check_at_start(r)
     (record,) = caplog.records

@@ -12,13 +12,13 @@ import pytest
 
 from producer import MemoryClient
 from tests.conftest import drain_all
-from worker.cli import main
+from worker.cli.main import main
 from worker.context import WorkerContext
-from worker.embedding import HashingEmbedder
-from worker.integrity import check_namespace
-from worker.projection import catch_up
-from worker.reembed import reembed_namespace
-from worker.server import SearchServer
+from worker.index.projection import catch_up
+from worker.models.hashing import HashingEmbedder
+from worker.organise.reembed import reembed_namespace
+from worker.runtime.servers import SearchServer
+from worker.store.integrity import check_namespace
 
 NS = "migrate"
 OLD, NEW = "hash-v1-d256", "hash-v1-d64"

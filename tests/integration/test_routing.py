@@ -12,9 +12,9 @@ import pytest
 from producer import MemoryClient
 from tests.conftest import drain_all
 from tests.e2e.workers import wait_until
-from worker import routing
 from worker.context import WorkerContext
-from worker.server import SearchServer
+from worker.runtime.servers import SearchServer
+from worker.search import routing
 from worker.settings import WorkerSettings
 
 NOTES = [

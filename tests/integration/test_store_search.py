@@ -10,7 +10,7 @@ from producer import InvalidInput, MemoryClient, NotFound, ReplyTimeout
 from producer.protocol import unpack_link
 from tests.conftest import drain_all, make_settings
 from worker.context import WorkerContext
-from worker.server import SearchServer
+from worker.runtime.servers import SearchServer
 
 SEED_000 = [
     "The customer's Snowflake account uses key-pair auth with Azure AD",
@@ -196,7 +196,7 @@ def test_restarted_worker_rebuilds_its_index_and_answers_the_same(client, ctx, t
     srv.stop()
     for snapshot in (False, True):
         if snapshot:
-            from worker.snapshot import snapshot_all
+            from worker.runtime.snapshotter import snapshot_all
 
             snapshot_all(ctx)
         fresh_ctx = WorkerContext.build(settings)
@@ -209,7 +209,7 @@ def test_restarted_worker_rebuilds_its_index_and_answers_the_same(client, ctx, t
 
 
 def test_a_snapshot_is_loaded_with_the_current_index_settings(client, tmp_path, settings):
-    from worker.snapshot import snapshot_all
+    from worker.runtime.snapshotter import snapshot_all
 
     def worker(**overrides):
         return WorkerContext.build(settings.model_copy(update={"ann_threshold": 40, **overrides}))
@@ -271,7 +271,7 @@ def test_a_settled_search_reads_in_two_round_trips_yet_sees_another_workers_comm
     from redis.connection import Connection
 
     from producer.core import ClientCore
-    from worker import search
+    from worker.search import retrieve as search
 
     other = WorkerContext.build(settings)  # another worker process: it ingests, ctx searches
     core = ClientCore(settings)

@@ -15,11 +15,11 @@ from producer import MemoryClient
 from producer.protocol import unpack_link
 from tests.conftest import drain_all, make_settings
 from tests.integration.chat_server import ChatServer, Scripted, answer, chat
-from worker import pairs
 from worker.context import WorkerContext
-from worker.integrity import check_namespace
-from worker.server import SearchServer
-from worker.supersession import NEAREST_K, revert_supersession, supersede_namespace
+from worker.organise import pairs
+from worker.organise.supersession import NEAREST_K, revert_supersession, supersede_namespace
+from worker.runtime.servers import SearchServer
+from worker.store.integrity import check_namespace
 
 __all__ = ["chat"]
 

@@ -10,11 +10,11 @@ import time
 from producer import MemoryClient
 from tests.conftest import drain_all
 from tests.integration.test_cli import assert_one_error_line, zettelq
+from worker.cli.top import read_frame, with_rates
 from worker.context import WorkerContext
-from worker.heartbeat import ProcessHeartbeat
-from worker.server import SearchServer
+from worker.runtime.heartbeat import ProcessHeartbeat
+from worker.runtime.servers import SearchServer
 from worker.settings import WorkerSettings
-from worker.top import read_frame, with_rates
 
 NS = "top"
 

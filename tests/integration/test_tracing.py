@@ -31,7 +31,7 @@ from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanE
 from producer import MemoryClient
 from tests.conftest import drain_all
 from worker.context import WorkerContext
-from worker.server import SearchServer
+from worker.runtime.servers import SearchServer
 from worker.settings import WorkerSettings
 
 exporter = InMemorySpanExporter()

@@ -27,13 +27,14 @@ from producer.protocol import pack, unpack_link
 from tests.conftest import drain_all, make_settings
 from tests.integration.chat_server import answer_with, chat
 from tests.integration.test_construction import LONG, build, describe
-from worker import construction, notes
-from worker.cli import main
+from worker.cli.main import main
 from worker.context import WorkerContext
-from worker.importer import ImportLineError, content_id, import_stream
-from worker.integrity import check_namespace
-from worker.periodic import run_job
-from worker.transfer import LOCAL_FIELDS, export_lines
+from worker.intake import construction
+from worker.organise.periodic import run_job
+from worker.store import notes
+from worker.store.integrity import check_namespace
+from worker.transfer.export import LOCAL_FIELDS, export_lines
+from worker.transfer.importer import ImportLineError, content_id, import_stream
 
 ROOT = Path(__file__).resolve().parents[2]
 DATA = Path(__file__).resolve().parents[3] / "shared" / "data" / "locomo-dev" / "30.json"
@@ -354,7 +355,7 @@ def test_the_progress_bar_shows_on_a_terminal_only(settings, tmp_path):
     for extra, shown in (([], True), (["--no-progress"], False)):
         leader, follower = pty.openpty()
         with subprocess.Popen(
-            [sys.executable, "-m", "worker.cli", "import", f"p{shown}", str(path), *extra],
+            [sys.executable, "-m", "worker.cli.main", "import", f"p{shown}", str(path), *extra],
             env=zettelq_env(settings),
             stdout=subprocess.PIPE,
             stderr=follower,
@@ -389,7 +390,7 @@ def test_an_import_killed_halfway_and_run_again_duplicates_nothing(settings, ctx
     drain_all(ctx)
     path = tmp_path / "notes.jsonl"
     path.write_bytes(export_file(ctx.redis, ctx.keys, "src"))
-    cmd = [sys.executable, "-m", "worker.cli", "import", "dst", str(path), "--batch", "10"]
+    cmd = [sys.executable, "-m", "worker.cli.main", "import", "dst", str(path), "--batch", "10"]
     inbox = ctx.keys.inbox(ctx.keys.shard_of("dst"))
     with subprocess.Popen(cmd, env=zettelq_env(settings, ZQ_MAX_PENDING="40"), cwd=ROOT) as proc:
         deadline = time.monotonic() + 30

@@ -20,8 +20,8 @@ from producer.errors import InvalidInput
 from producer.protocol import PROTOCOL_VERSION
 from tests.conftest import drain_all
 from tests.strategies import accepted_store_fields, accepted_texts
-from worker import organiser
-from worker.console import Printer
+from worker.cli.console import Printer
+from worker.runtime import organiser
 
 
 def _raw_store(ns: str, **fields: Any) -> dict[bytes, bytes]:

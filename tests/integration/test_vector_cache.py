@@ -11,8 +11,8 @@ import pytest
 from producer import MemoryClient
 from tests.conftest import drain_all, make_settings
 from worker.context import WorkerContext
-from worker.embedding import HashingEmbedder
-from worker.vector_cache import embed_cached
+from worker.models.hashing import HashingEmbedder
+from worker.models.vector_cache import embed_cached
 
 
 class CountingEmbedder:

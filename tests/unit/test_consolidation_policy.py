@@ -6,7 +6,7 @@ from itertools import pairwise
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from worker.consolidation import (
+from worker.organise.consolidation import (
     INSIGHT_MAX_CHARS,
     Plan,
     centrality_order,

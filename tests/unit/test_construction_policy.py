@@ -6,8 +6,8 @@ from __future__ import annotations
 import pytest
 from pydantic import ValidationError
 
-from worker import construction
-from worker.construction import (
+from worker.intake import construction
+from worker.intake.construction import (
     CONTEXT_MAX_CHARS,
     ConstructAnswer,
     NoteAnswer,

@@ -1,4 +1,4 @@
-"""worker.devserver: these tests run real Redis-protocol servers on free loopback ports."""
+"""worker.runtime.devserver: these tests run real Redis-protocol servers on free loopback ports."""
 
 from __future__ import annotations
 
@@ -12,8 +12,8 @@ from pathlib import Path
 import pytest
 from redis import Redis
 
-from worker import devserver
-from worker.devserver import (
+from worker.runtime import devserver
+from worker.runtime.devserver import (
     EmbeddedRedis,
     ServerNotFound,
     ensure_redis,
@@ -79,7 +79,7 @@ def test_find_redis_server_skips_an_old_server_on_path_for_a_newer_one_after_it(
     new.mkdir()
     (new / "valkey-server").symlink_to(packaged)
     monkeypatch.setenv("PATH", os.pathsep.join([str(old_server_dir), str(new)]))
-    with caplog.at_level(logging.INFO, logger="worker.devserver"):
+    with caplog.at_level(logging.INFO, logger="worker.runtime.devserver"):
         assert find_redis_server() == str(new / "valkey-server")
     assert f"skipping {old_server_dir / 'redis-server'} 6.2" in caplog.text
     with EmbeddedRedis() as server, Redis.from_url(server.url) as client:

@@ -1,8 +1,8 @@
-"""The entry id a drained job is judged by (worker.drain.origin): pure, no Redis."""
+"""The entry id a drained job is judged by (worker.intake.drain.origin): pure, no Redis."""
 
 from __future__ import annotations
 
-from worker.drain import origin
+from worker.intake.drain import origin
 
 
 def test_a_job_is_judged_by_its_own_entry_id() -> None:

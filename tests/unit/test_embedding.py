@@ -12,7 +12,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from worker.embedding import Embedder, HashingEmbedder, load_embedder
+from worker.models.hashing import Embedder, HashingEmbedder, load_embedder
 
 ROOT = Path(__file__).resolve().parents[2]
 SAMPLE = "Deploy the auth service to production; rollback if the health check fails."
@@ -133,7 +133,7 @@ def test_two_instances_give_identical_bytes() -> None:
 @pytest.mark.parametrize("hash_seed", ["1", "4242"])
 def test_vectors_do_not_depend_on_pythonhashseed(hash_seed: str) -> None:
     code = (
-        "import sys; from worker.embedding import HashingEmbedder; "
+        "import sys; from worker.models.hashing import HashingEmbedder; "
         f"sys.stdout.write(HashingEmbedder(128).embed([{SAMPLE!r}])[0].tobytes().hex())"
     )
     env = {**os.environ, "PYTHONHASHSEED": hash_seed, "PYTHONPATH": str(ROOT)}

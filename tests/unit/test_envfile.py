@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 from pydantic.fields import FieldInfo
 
-from worker.envfile import entry, render
+from worker.cli.envfile import entry, render
 from worker.settings import WorkerSettings
 
 ENV_EXAMPLE = Path(__file__).resolve().parents[2] / "deploy" / "env.example"
@@ -30,7 +30,7 @@ def settings_lines() -> dict[str, str]:
 def test_env_example_is_what_the_settings_classes_generate() -> None:
     assert ENV_EXAMPLE.read_text() == render(), (
         "deploy/env.example is out of step with the settings classes; regenerate it with "
-        "`python -m worker.envfile > deploy/env.example`"
+        "`python -m worker.cli.envfile > deploy/env.example`"
     )
 
 

@@ -2,7 +2,7 @@ from __future__ import annotations
 
 import pytest
 
-from worker.eviction import Survivor, select_evictions, survival
+from worker.organise.eviction import Survivor, select_evictions, survival
 
 DAY = 86_400.0
 NOW = 1_700_000_000.0

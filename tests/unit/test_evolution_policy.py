@@ -11,7 +11,7 @@ from redis.exceptions import ResponseError
 from producer import Conflict, InvalidInput, NotFound
 from producer import proposals as rv
 from producer.keys import Keys
-from worker.evolution import (
+from worker.organise.evolution import (
     MAX_NEW_TAGS,
     EvolutionAnswer,
     added_tags,

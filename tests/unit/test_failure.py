@@ -5,7 +5,7 @@ from __future__ import annotations
 from redis.exceptions import ConnectionError as RedisConnectionError
 
 from producer import InvalidSetting, NotFound, Unavailable
-from worker.failure import EXIT_FAILED, EXIT_USAGE, describe, redacted
+from worker.cli.failure import EXIT_FAILED, EXIT_USAGE, describe, redacted
 
 
 def test_each_kind_of_error_has_its_line_and_code() -> None:

@@ -3,9 +3,9 @@ none does. Pure: no Redis."""
 
 from __future__ import annotations
 
-from worker.failure import redacted
-from worker.health import verdict
-from worker.heartbeat import Process
+from worker.cli.failure import redacted
+from worker.cli.health import verdict
+from worker.runtime.heartbeat import Process
 
 
 def proc(role: str, host: str = "h1", state: str = "running") -> Process:

@@ -3,7 +3,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from worker.importance import (
+from worker.organise.importance import (
     DEFAULT_PRIOR,
     Edges,
     Signals,

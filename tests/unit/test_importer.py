@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from worker.importer import ImportLineError, content_id, detect, mem0_item
+from worker.transfer.importer import ImportLineError, content_id, detect, mem0_item
 
 
 @pytest.mark.parametrize(

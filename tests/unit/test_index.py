@@ -9,7 +9,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from worker.index import FORMAT_VERSION, Ann, IndexCorrupt, VectorIndex
+from worker.index.vector import FORMAT_VERSION, Ann, IndexCorrupt, VectorIndex
 
 DIM = 16
 
@@ -171,7 +171,7 @@ def test_ivf_retrains_as_it_grows_and_goes_flat_when_it_shrinks(
     index, _ = filled(100, ann_threshold=50)
     more = unit_vectors(900, seed=2)
 
-    with caplog.at_level(logging.INFO, logger="worker.index"):
+    with caplog.at_level(logging.INFO, logger="worker.index.vector"):
         index.add(np.arange(100, 1_000, dtype=np.int64), more)
         grown_to = index.kind
         index.remove(np.arange(960, dtype=np.int64))
@@ -210,7 +210,7 @@ def test_hnsw_replaces_a_readded_seq() -> None:
 def test_hnsw_rebuilds_itself_after_many_removals(caplog: pytest.LogCaptureFixture) -> None:
     index, vecs = filled(200, ann_threshold=50, ann="hnsw")
 
-    with caplog.at_level(logging.INFO, logger="worker.index"):
+    with caplog.at_level(logging.INFO, logger="worker.index.vector"):
         index.remove(np.arange(60, dtype=np.int64))
     _, seqs = index.search(vecs[60:], k=5)
 

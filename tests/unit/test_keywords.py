@@ -2,7 +2,7 @@ from __future__ import annotations
 
 import pytest
 
-from worker.keywords import (
+from worker.text import (
     MAX_KEYWORD_CHARS,
     STOPWORDS,
     derive_tags,

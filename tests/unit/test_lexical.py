@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from worker.lexical import LexicalIndex, analyze
+from worker.index.lexical import LexicalIndex, analyze
 
 CORPUS = {
     1: "Melanie signed up for a pottery class yesterday",
@@ -74,7 +74,7 @@ def test_feedback_adds_terms_of_the_top_notes_but_keeps_the_query():
 def test_stemming_is_safe_from_many_threads():
     from concurrent.futures import ThreadPoolExecutor
 
-    from worker.lexical import stem
+    from worker.index.lexical import stem
 
     words = [f"running{i}ness" for i in range(5_000)]
     expected = [stem(w) for w in words[:10]]

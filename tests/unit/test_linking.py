@@ -4,7 +4,7 @@ import numpy as np
 import numpy.typing as npt
 import pytest
 
-from worker.linking import (
+from worker.organise.linking import (
     STRONG_MARGIN,
     Candidate,
     Link,

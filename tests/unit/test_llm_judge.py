@@ -7,8 +7,8 @@ from pathlib import Path
 
 import msgpack
 
-from worker.linking import Candidate, Link
-from worker.llm_judge import Judged, Request, plan_links, request
+from worker.organise.judge import Judged, Request, plan_links, request
+from worker.organise.linking import Candidate, Link
 from worker.settings import WorkerSettings
 
 MODEL = "model:m"

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from worker.merge import (
+from worker.organise.merge import (
     MergePlan,
     adopt,
     find_duplicates,
@@ -14,7 +14,7 @@ from worker.merge import (
     settled_up_to,
     survivor,
 )
-from worker.pairs import Text
+from worker.organise.pairs import Text
 
 
 def note(nid: str, content: str, **kw) -> Text:

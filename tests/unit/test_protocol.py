@@ -30,7 +30,7 @@ from producer.protocol import (
     unpack,
     unpack_link,
 )
-from worker.notes import encode_fields
+from worker.store.notes import encode_fields
 
 NOW = 1_700_000_000.25
 
@@ -242,7 +242,7 @@ def redis_hash(fields: dict[str, Any]) -> dict[bytes, bytes]:
 
 
 def written_note() -> dict[str, Any]:
-    """A note's fields as worker/commit.py writes them."""
+    """A note's fields as worker/intake/commit.py writes them."""
     return {
         "id": "n1",
         "namespace": "ns",

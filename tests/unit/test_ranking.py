@@ -4,7 +4,7 @@ import math
 
 import pytest
 
-from worker.ranking import (
+from worker.search.ranking import (
     BOOST_SCALE,
     MAX_BOOST,
     Parts,

@@ -3,8 +3,16 @@ from __future__ import annotations
 import pytest
 
 from producer import InvalidSetting
-from worker.periodic import JOBS, MAX_AGE_S, Due, changed_at, interval_s, is_due, select_due
-from worker.schedule import build_beat_schedule
+from worker.organise.periodic import (
+    JOBS,
+    MAX_AGE_S,
+    Due,
+    changed_at,
+    interval_s,
+    is_due,
+    select_due,
+)
+from worker.runtime.schedule import build_beat_schedule
 from worker.settings import WorkerSettings
 
 

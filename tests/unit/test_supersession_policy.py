@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import pytest
 
-from worker.pairs import Text
-from worker.supersession_rule import Change, change_of, judge_pair, statements_of
+from worker.organise.pairs import Text
+from worker.organise.supersession_rule import Change, change_of, judge_pair, statements_of
 
 REACT = "We chose React for the frontend because the team knows it well."
 

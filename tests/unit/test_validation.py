@@ -15,7 +15,7 @@ from producer.errors import InvalidInput
 from producer.protocol import SearchJob, StoreJob, new_id, unpack
 from producer.settings import ProducerSettings
 from tests.strategies import anything, metadatas, names, store_fields, tag_lists, texts, times
-from worker.drain import decode_job
+from worker.intake.drain import decode_job
 from worker.settings import WorkerSettings
 
 

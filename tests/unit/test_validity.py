@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from worker.candidates import Cand, passes, superseded, valid_at
+from worker.search.candidates import Cand, passes, superseded, valid_at
 
 
 def test_a_note_holds_from_its_event_time_else_its_creation_until_valid_to():

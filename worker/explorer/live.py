@@ -29,9 +29,9 @@ from producer.adapters.tokens import Forbidden, Grant, TokenStore, Unauthenticat
 from producer.core import redis_kwargs
 from producer.errors import InvalidInput, ZettelqError
 from producer.protocol import Proposal
+from worker.cli.operations import Streams
 from worker.explorer.page import render_page
 from worker.explorer.view import MAX_HOPS, read_view, select
-from worker.operations import Streams
 from worker.settings import WorkerSettings
 
 DEFAULT_MAX_NODES = 500  #: notes a live page shows unless ?max_nodes= says otherwise

@@ -29,12 +29,12 @@ import msgpack
 from producer import MemoryClient, ProtocolError
 from producer.core import walk_step
 from producer.protocol import Note, note_from_hash, unpack_link
-from worker.console import iso_time, readable
-from worker.construction import PART_OF
-from worker.graph import READ_CHUNK
-from worker.linking import SEQUENCE
-from worker.notes import Fields, read_notes
-from worker.operations import Streams
+from worker.cli.console import iso_time, readable
+from worker.cli.operations import Streams
+from worker.intake.construction import PART_OF
+from worker.organise.linking import SEQUENCE
+from worker.store.graph import READ_CHUNK
+from worker.store.notes import Fields, read_notes
 
 log = logging.getLogger(__name__)
 

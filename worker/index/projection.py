@@ -1,0 +1,293 @@
+"""A worker's per-namespace projection of Redis: the FAISS index, the BM25 index and the
+seq -> id map.
+
+Redis is the truth (docs/architecture.md). A projection is built from the namespace's notes, or
+loaded from a snapshot, then kept current by replaying the namespace's change log. Any
+projection can be thrown away: the next use rebuilds it.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import hashlib
+import logging
+import threading
+import time
+from collections import Counter
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+import msgpack
+import numpy as np
+
+from worker.index.lexical import LexicalIndex, analyze
+from worker.index.vector import IndexCorrupt, VectorIndex
+from worker.store.notes import read_change, stream_pos
+
+if TYPE_CHECKING:
+    from redis.client import Pipeline
+
+    from worker.context import WorkerContext
+
+log = logging.getLogger(__name__)
+
+SNAPSHOT_FORMAT = 2  #: bumped when the sidecar changes; older snapshots are rebuilt
+CATCH_UP_CHUNK = 2_000  #: change-log entries read per round trip
+REBUILD_CHUNK = 1_000  #: notes fetched per round trip when rebuilding
+
+#: (position, change-log entries after it) as XRANGE returned them
+Prefetched = tuple[str, list[tuple[bytes, dict[bytes, bytes]]]]
+
+
+class Projection:
+    """The index of one namespace. Callers hold ``lock`` while reading or changing it."""
+
+    def __init__(self, ns: str, index: VectorIndex, lexical: LexicalIndex) -> None:
+        self.ns = ns
+        self.index = index
+        self.ids: dict[int, str] = {}
+        self.keywords: dict[int, frozenset[str]] = {}
+        self.lexical = lexical
+        self.position = "0-0"  #: last change-log entry applied
+        #: whether the last search found nothing to catch up (the next one then draws its
+        #: candidates before reading the change log, in the same round trip)
+        self.settled = False
+        self.lock = threading.RLock()
+
+    def add(
+        self,
+        seqs: list[int],
+        ids: list[str],
+        vecs: np.ndarray,
+        keywords: list[frozenset[str]],
+        terms: list[list[str]],
+    ) -> None:
+        """Index notes; ``terms`` are each note's BM25 terms (``lexical.analyze`` of its
+        content)."""
+        if not seqs:
+            return
+        self.index.add(np.asarray(seqs, dtype=np.int64), np.ascontiguousarray(vecs, np.float32))
+        for seq, nid, kws, words in zip(seqs, ids, keywords, terms, strict=True):
+            self.ids[seq] = nid
+            self.keywords[seq] = kws
+            self.lexical.add(seq, words)
+
+    def remove(self, seqs: list[int]) -> None:
+        if not seqs:
+            return
+        self.index.remove(np.asarray(seqs, dtype=np.int64))
+        for seq in seqs:
+            self.ids.pop(seq, None)
+            self.keywords.pop(seq, None)
+            self.lexical.remove(seq)
+
+
+def snapshot_path(ctx: WorkerContext, ns: str) -> Path:
+    digest = hashlib.sha1(f"{ctx.keys.prefix}/{ns}".encode()).hexdigest()[:20]
+    return ctx.settings.index_dir / f"{digest}.faiss"
+
+
+def open_projection(ctx: WorkerContext, ns: str) -> Projection:
+    """Load the namespace's snapshot and catch up, or rebuild it from Redis."""
+    proj = _load_snapshot(ctx, ns)
+    if proj is None:
+        proj = Projection(ns, _new_index(ctx), _new_lexical(ctx))
+        rebuild(ctx, proj)
+    catch_up(ctx, proj)
+    return proj
+
+
+def _new_lexical(ctx: WorkerContext) -> LexicalIndex:
+    return LexicalIndex(ctx.settings.bm25_k1, ctx.settings.bm25_b)
+
+
+def _new_index(ctx: WorkerContext) -> VectorIndex:
+    s = ctx.settings
+    return VectorIndex(
+        ctx.embedder.dim,
+        ann_threshold=s.ann_threshold,
+        ann=s.ann_index,
+        hnsw_m=s.hnsw_m,
+        ef_search=s.hnsw_ef_search,
+        ef_construction=s.hnsw_ef_construction,
+        nprobe=s.ivf_nprobe,
+    )
+
+
+def rebuild(ctx: WorkerContext, proj: Projection) -> None:
+    """Rebuild from the namespace's active notes; the change log then covers later writes."""
+    started = time.perf_counter()
+    r, keys, ns = ctx.redis, ctx.keys, proj.ns
+    last = r.xrevrange(keys.changes(ns), count=1)
+    proj.index = _new_index(ctx)
+    proj.ids.clear()
+    proj.keywords.clear()
+    proj.lexical = _new_lexical(ctx)
+    proj.position = last[0][0].decode() if last else "0-0"
+    members = r.zrange(keys.active(ns), 0, -1, withscores=True)
+    for start in range(0, len(members), REBUILD_CHUNK):
+        chunk = [(m.decode(), int(s)) for m, s in members[start : start + REBUILD_CHUNK]]
+        _add_from_notes(ctx, proj, chunk)
+    log.info(
+        "rebuilt ns=%s notes=%d in %.1fms",
+        ns,
+        len(proj.ids),
+        (time.perf_counter() - started) * 1000,
+    )
+
+
+def _add_from_notes(ctx: WorkerContext, proj: Projection, members: list[tuple[str, int]]) -> None:
+    """Add the active notes among ``members``; a note whose vector comes from another embedder
+    is left out (and dropped if present), so one index never mixes two models' vectors."""
+    fields = ["vec", "keywords", "status", "seq", "content", "embedder"]
+    pipe = ctx.redis.pipeline(transaction=False)
+    for nid, _ in members:
+        pipe.hmget(ctx.keys.note(proj.ns, nid), fields)
+    seqs, ids, vecs, kws, terms, foreign = [], [], [], [], [], []
+    model = ctx.embedder.name.encode()
+    for (nid, seq), row in zip(members, pipe.execute(), strict=True):
+        vec, raw_kws, status, raw_seq, content, embedder = row
+        if vec is None or status != b"active" or raw_seq is None or int(raw_seq) != seq:
+            continue
+        if embedder != model:
+            foreign.append(seq)
+            continue
+        seqs.append(seq)
+        ids.append(nid)
+        vecs.append(np.frombuffer(vec, dtype=np.float32))
+        kws.append(frozenset(msgpack.unpackb(raw_kws) if raw_kws else ()))
+        terms.append(analyze(content.decode()))
+    if seqs:
+        proj.add(seqs, ids, np.vstack(vecs), kws, terms)
+    if foreign:
+        proj.remove(foreign)
+        log.warning(
+            "ns=%s: %d notes embedded by another model left out of the index until "
+            "`zettelq reembed %s`",
+            proj.ns,
+            len(foreign),
+            proj.ns,
+        )
+
+
+def catch_up(ctx: WorkerContext, proj: Projection, prefetched: Prefetched | None = None) -> int:
+    """Apply change-log entries after ``proj.position``; rebuild if some were trimmed away.
+
+    ``prefetched`` is (position, entries) as a caller read them after that position (see
+    ``read_after``); they save the first round trip while the projection is still there."""
+    r, key = ctx.redis, ctx.keys.changes(proj.ns)
+    applied = 0
+    while True:
+        if prefetched is not None and prefetched[0] == proj.position:
+            entries = prefetched[1]
+        else:
+            entries = r.xrange(key, min=f"({proj.position}", count=CATCH_UP_CHUNK)
+        fetched_in_full = len(entries) == CATCH_UP_CHUNK
+        prefetched = None
+        if not entries:
+            return applied
+        if applied == 0 and proj.position != "0-0" and _trimmed_past(ctx, proj):
+            log.warning("change log of ns=%s trimmed past this projection; rebuilding", proj.ns)
+            rebuild(ctx, proj)
+            continue
+        _apply_entries(ctx, proj, entries)
+        applied += len(entries)
+        if not fetched_in_full:
+            return applied
+
+
+def read_after(pipe: Pipeline, ctx: WorkerContext, proj: Projection) -> str:
+    """Queue the read of the change-log entries after the projection's position on ``pipe``
+    and return that position: (position, the read's result) is ``catch_up``'s ``prefetched``."""
+    position = proj.position
+    pipe.xrange(ctx.keys.changes(proj.ns), min=f"({position}", count=CATCH_UP_CHUNK)
+    return position
+
+
+def _trimmed_past(ctx: WorkerContext, proj: Projection) -> bool:
+    first = ctx.redis.xrange(ctx.keys.changes(proj.ns), count=1)
+    return bool(first) and stream_pos(first[0][0]) > stream_pos(proj.position)
+
+
+def _apply_entries(
+    ctx: WorkerContext, proj: Projection, entries: list[tuple[bytes, dict[bytes, bytes]]]
+) -> None:
+    adds: dict[int, str] = {}
+    removes: list[int] = []
+    for _, fields in entries:
+        op, items = read_change(fields)
+        for seq, nid in items:
+            if op == "add":
+                adds[seq] = nid
+            else:
+                adds.pop(seq, None)
+                removes.append(seq)
+    proj.remove(removes)
+    _add_from_notes(ctx, proj, [(nid, seq) for seq, nid in adds.items()])
+    proj.position = entries[-1][0].decode()
+
+
+@contextmanager
+def _locked(path: Path, *, shared: bool) -> Iterator[None]:
+    """Hold the snapshot's file lock: its index file and sidecar are two files, each replaced
+    atomically, so processes of one host that hold the same namespace save and load the pair
+    one at a time (an index from one save with the sidecar of another would lose notes)."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with path.with_suffix(".lock").open("a+b") as lock:
+        fcntl.flock(lock, fcntl.LOCK_SH if shared else fcntl.LOCK_EX)
+        yield
+
+
+def save_snapshot(ctx: WorkerContext, proj: Projection) -> Path:
+    """Write the projection to ``index_dir`` (atomically) so a restart only catches up."""
+    path = snapshot_path(ctx, proj.ns)
+    side = {
+        "format": SNAPSHOT_FORMAT,
+        "ns": proj.ns,
+        "position": proj.position,
+        "embedder": ctx.embedder.name,
+        "ids": list(proj.ids.items()),
+        "keywords": [(s, sorted(k)) for s, k in proj.keywords.items()],
+        "terms": list(proj.lexical.docs.items()),
+    }
+    packed = msgpack.packb(side, use_bin_type=True)
+    with _locked(path, shared=False):
+        proj.index.save(path)
+        tmp = path.with_suffix(".meta.tmp")
+        tmp.write_bytes(packed)
+        tmp.replace(path.with_suffix(".meta"))
+    return path
+
+
+def _load_snapshot(ctx: WorkerContext, ns: str) -> Projection | None:
+    path = snapshot_path(ctx, ns)
+    meta = path.with_suffix(".meta")
+    if not meta.exists():  # never saved: no lock file either (a search of an unknown namespace)
+        return None
+    try:
+        with _locked(path, shared=True):
+            if not path.exists() or not meta.exists():
+                return None
+            side = msgpack.unpackb(meta.read_bytes(), raw=False, strict_map_key=False)
+            index = VectorIndex.load(path)
+    except (IndexCorrupt, ValueError, OSError, msgpack.UnpackException) as exc:
+        log.warning("snapshot of ns=%s unusable (%s); rebuilding from Redis", ns, exc)
+        return None
+    expected = (SNAPSHOT_FORMAT, ns, ctx.embedder.name)
+    if (side.get("format"), side.get("ns"), side.get("embedder")) != expected:
+        return None
+    s = ctx.settings
+    if (index.ann, index.ann_threshold) != (s.ann_index, s.ann_threshold):
+        log.info("snapshot of ns=%s has other index settings; rebuilding from Redis", ns)
+        return None
+    index.nprobe, index.ef_search = s.ivf_nprobe, s.hnsw_ef_search
+    proj = Projection(ns, index, _new_lexical(ctx))
+    proj.ids = {int(s): nid for s, nid in side["ids"]}
+    proj.keywords = {int(s): frozenset(k) for s, k in side["keywords"]}
+    for seq, counts in side.get("terms", []):
+        proj.lexical.add(int(seq), Counter(counts).elements())
+    proj.position = side["position"]
+    log.info("loaded snapshot ns=%s notes=%d position=%s", ns, len(proj.ids), proj.position)
+    return proj

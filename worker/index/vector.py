@@ -1,0 +1,261 @@
+"""VectorIndex: a namespace's FAISS projection of note vectors. With worker/index/kinds.py (the
+flat, IVF and HNSW indexes it switches between), the only module that imports faiss.
+
+Vectors are L2-normalised on the way in, so a score is the cosine similarity (inner product).
+Every vector is keyed by the note's int64 ``seq``; a seq appears at most once.
+
+The index starts flat and is rebuilt as the approximate kind (``ann``) once more than
+``ann_threshold`` vectors are live; a rebuild that leaves ``ann_threshold`` or fewer makes it
+flat again. IVF inserts cost far less than HNSW ones (about 0.01 against 0.4 ms per vector at
+100k, 256-d, one thread), which is what ingest pays for; HNSW answers single queries faster.
+
+On disk a snapshot is one file, replaced atomically: an npy header, the npy row -> seq array
+(empty for flat) and the ``faiss.write_index`` bytes. A snapshot is a cache: Redis is the truth.
+Not thread-safe; each worker process owns its indexes and runs FAISS on one thread.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import pathlib
+import tempfile
+import time
+from typing import Literal, TypeGuard
+
+import faiss
+import numpy as np
+import numpy.typing as npt
+
+from worker.index.kinds import Backend, Flat, Floats, Hnsw, Ivf, Kind, Seqs
+
+log = logging.getLogger(__name__)
+
+faiss.omp_set_num_threads(1)
+
+Ann = Literal["ivf", "hnsw"]
+
+#: version of the snapshot layout written by VectorIndex.save
+FORMAT_VERSION = 3
+HEADER_FIELDS = 10  #: int64 fields of the snapshot header (see VectorIndex._header)
+_KIND_CODES: dict[Kind, int] = {"flat": 0, "hnsw": 1, "ivf": 2}
+
+
+class IndexCorrupt(Exception):
+    """The index snapshot is missing or unreadable; rebuild it from Redis."""
+
+    def __init__(self, message: str | None = None) -> None:
+        super().__init__(message or self.__doc__)
+
+
+class VectorIndex:
+    """Inner-product index over L2-normalised float32 vectors, keyed by int64 seq (>= 0)."""
+
+    def __init__(
+        self,
+        dim: int,
+        ann_threshold: int = 20_000,
+        ann: Ann = "ivf",
+        hnsw_m: int = 32,
+        ef_search: int = 96,
+        ef_construction: int = 80,
+        nprobe: int = 8,
+    ) -> None:
+        if dim < 1 or ann_threshold < 0 or nprobe < 1 or ann not in ("ivf", "hnsw"):
+            raise ValueError(
+                f"need dim >= 1, ann_threshold >= 0, nprobe >= 1 and ann ivf or hnsw, got "
+                f"{dim}, {ann_threshold}, {nprobe}, {ann!r}"
+            )
+        self.dim = dim
+        self.ann_threshold = ann_threshold
+        self.ann: Ann = ann
+        self.hnsw_m = hnsw_m
+        self.ef_construction = ef_construction
+        self._ef_search = ef_search
+        self._nprobe = nprobe
+        self._backend: Backend = Flat.empty(dim)
+
+    def __len__(self) -> int:
+        return len(self._backend)
+
+    def __contains__(self, seq: object) -> bool:
+        return isinstance(seq, int | np.integer) and int(seq) in self._backend
+
+    @property
+    def kind(self) -> Kind:
+        return self._backend.kind
+
+    @property
+    def ef_search(self) -> int:
+        """HNSW search breadth (recall against speed); settable, takes effect at once."""
+        return self._ef_search
+
+    @ef_search.setter
+    def ef_search(self, value: int) -> None:
+        self._ef_search = value
+        if isinstance(self._backend, Hnsw):
+            self._backend.set_ef_search(value)
+
+    @property
+    def nprobe(self) -> int:
+        """IVF lists scanned per query (recall against speed); settable, takes effect at once."""
+        return self._nprobe
+
+    @nprobe.setter
+    def nprobe(self, value: int) -> None:
+        self._nprobe = value
+        if isinstance(self._backend, Ivf):
+            self._backend.index.nprobe = value
+
+    def add(self, seqs: npt.NDArray[np.int64], vecs: npt.NDArray[np.float32]) -> None:
+        """Add or replace vectors; within one batch the last vector for a seq wins."""
+        ids, x = _as_seqs(seqs), self._as_vectors(vecs)
+        if len(ids) != len(x):
+            raise ValueError(f"{len(ids)} seqs for {len(x)} vectors")
+        ids, x = _last_wins(ids, x)
+        self._remove_present(ids)
+        self._backend.add(ids, x)
+        self._maybe_rebuild()
+
+    def remove(self, seqs: npt.NDArray[np.int64]) -> None:
+        """Remove vectors by seq; unknown seqs are ignored."""
+        self._remove_present(np.unique(_as_seqs(seqs)))
+        self._maybe_rebuild()
+
+    def search(
+        self, vecs: npt.NDArray[np.float32], k: int
+    ) -> tuple[npt.NDArray[np.float32], npt.NDArray[np.int64]]:
+        """Best k per query, best first, as (scores, seqs) of shape (n, k).
+
+        Where fewer than k live vectors are found, seqs are padded with -1 and scores with -inf.
+        """
+        if k < 1:
+            raise ValueError(f"k must be positive, got {k}")
+        scores, seqs = self._backend.search(self._as_vectors(vecs), k)
+        scores[seqs < 0] = -np.inf
+        return scores, seqs
+
+    def save(self, path: pathlib.Path) -> None:
+        """Write a snapshot atomically: readers see the old file or the new one, never a mix."""
+        fd, tmp_name = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+        try:
+            with os.fdopen(fd, "wb") as f:
+                np.lib.format.write_array(f, self._header(), allow_pickle=False)
+                np.lib.format.write_array(f, self._backend.row_seq, allow_pickle=False)
+                # streamed: no in-memory copy of the index (not in faiss 1.15's stub)
+                writer = faiss.PyCallbackIOWriter(f.write)  # type: ignore[attr-defined]
+                faiss.write_index(self._backend.index, writer)
+                f.flush()
+                os.fsync(f.fileno())
+            os.replace(tmp_name, path)
+        except BaseException:
+            pathlib.Path(tmp_name).unlink(missing_ok=True)
+            raise
+
+    @classmethod
+    def load(cls, path: pathlib.Path) -> VectorIndex:
+        """Read a snapshot written by save; raise IndexCorrupt if it is missing or unreadable."""
+        try:
+            with path.open("rb") as f:
+                header = np.lib.format.read_array(f, allow_pickle=False)
+                row_seq = np.lib.format.read_array(f, allow_pickle=False)
+                reader = faiss.PyCallbackIOReader(f.read)  # type: ignore[attr-defined]
+                index = faiss.read_index(reader)
+            return cls._from_parts(header, row_seq, index)
+        except (OSError, ValueError, EOFError, RuntimeError) as exc:
+            raise IndexCorrupt(f"cannot read index snapshot {path}") from exc
+
+    @classmethod
+    def _from_parts(cls, header: object, row_seq: object, index: faiss.Index) -> VectorIndex:
+        if not _is_array(header, (HEADER_FIELDS,)) or header[0] != FORMAT_VERSION:
+            raise IndexCorrupt("unknown index snapshot header")
+        fields = header[1:].tolist()
+        dim, threshold, ann_code, m, ef_search, ef_construction, nprobe, kind_code, trained = fields
+        if index.d != dim or index.metric_type != faiss.METRIC_INNER_PRODUCT:
+            raise IndexCorrupt("index snapshot does not match its header")
+        ann: Ann = "hnsw" if ann_code == _KIND_CODES["hnsw"] else "ivf"
+        loaded = cls(dim, threshold, ann, m, ef_search, ef_construction, nprobe)
+        loaded._backend = _backend_from(kind_code, index, row_seq, trained)
+        return loaded
+
+    def _header(self) -> npt.NDArray[np.int64]:
+        trained = self._backend.trained_on if isinstance(self._backend, Ivf) else 0
+        fields = [FORMAT_VERSION, self.dim, self.ann_threshold, _KIND_CODES[self.ann]]
+        fields += [self.hnsw_m, self._ef_search, self.ef_construction, self._nprobe]
+        fields += [_KIND_CODES[self.kind], trained]
+        return np.array(fields, dtype=np.int64)
+
+    def _as_vectors(self, vecs: npt.NDArray[np.float32]) -> Floats:
+        """A normalised C-contiguous float32 copy of vecs, which must be (n, dim)."""
+        x = np.array(vecs, dtype=np.float32, order="C", copy=True)
+        if x.ndim != 2 or x.shape[1] != self.dim:
+            raise ValueError(f"expected vectors of shape (n, {self.dim}), got {x.shape}")
+        faiss.normalize_L2(x)
+        return x
+
+    def _remove_present(self, seqs: Seqs) -> None:
+        present = np.fromiter((s for s in seqs.tolist() if s in self._backend), dtype=np.int64)
+        if len(present):
+            self._backend.remove(present)
+
+    def _maybe_rebuild(self) -> None:
+        grown = self.kind == "flat" and len(self) > self.ann_threshold
+        if grown or self._backend.needs_rebuild():
+            self._rebuild()
+
+    def _rebuild(self) -> None:
+        """Re-create the index from its live vectors, choosing the kind by the live count."""
+        started = time.perf_counter()
+        seqs, vecs = self._backend.export()
+        backend: Backend
+        if len(seqs) > self.ann_threshold and self.ann == "ivf":
+            backend = Ivf.trained(vecs, self._nprobe)
+        elif len(seqs) > self.ann_threshold:
+            backend = Hnsw.empty(self.dim, self.hnsw_m, self.ef_construction, self._ef_search)
+        else:
+            backend = Flat.empty(self.dim)
+        backend.add(seqs, vecs)
+        log.info(
+            "index rebuilt kind=%s from=%s n=%d in %.1fms",
+            backend.kind,
+            self.kind,
+            len(seqs),
+            (time.perf_counter() - started) * 1000,
+        )
+        self._backend = backend
+
+
+def _as_seqs(seqs: npt.NDArray[np.int64]) -> Seqs:
+    ids = np.ascontiguousarray(seqs, dtype=np.int64)
+    if ids.ndim != 1:
+        raise ValueError(f"expected a 1-d array of seqs, got shape {ids.shape}")
+    if (ids < 0).any():
+        raise ValueError("seqs must be >= 0 (-1 marks padding)")
+    return ids
+
+
+def _last_wins(seqs: Seqs, vecs: Floats) -> tuple[Seqs, Floats]:
+    """Drop earlier duplicates of a seq within one batch, keeping batch order otherwise."""
+    if len(np.unique(seqs)) == len(seqs):
+        return seqs, vecs
+    _, first_from_end = np.unique(seqs[::-1], return_index=True)
+    keep = np.sort(len(seqs) - 1 - first_from_end)
+    return seqs[keep], vecs[keep]
+
+
+def _is_array(value: object, shape: tuple[int, ...]) -> TypeGuard[npt.NDArray[np.int64]]:
+    return isinstance(value, np.ndarray) and value.dtype == np.int64 and value.shape == shape
+
+
+def _backend_from(kind_code: int, index: faiss.Index, row_seq: object, trained: int) -> Backend:
+    if kind_code == _KIND_CODES["flat"] and isinstance(index, faiss.IndexIDMap2):
+        return Flat(index)
+    if kind_code == _KIND_CODES["ivf"] and trained > 0:
+        if isinstance(index, faiss.IndexIVFScalarQuantizer):
+            return Ivf(index, trained)
+        raise IndexCorrupt("index snapshot holds another kind of IVF index")
+    if kind_code != _KIND_CODES["hnsw"] or not isinstance(index, faiss.IndexHNSWFlat):
+        raise IndexCorrupt("index snapshot does not match its header")
+    if not _is_array(row_seq, (index.ntotal,)):
+        raise IndexCorrupt("index snapshot rows do not match the index")
+    return Hnsw(index, row_seq)

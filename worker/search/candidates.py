@@ -1,0 +1,253 @@
+"""Search candidates and what a search reads about them, in tiers so that a search moves as
+little data as it can: ranking fields for every candidate, links for the notes a hop expands
+and for those that need a connection boost, content and vectors for the hits returned."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Collection, Iterable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+import msgpack
+import numpy as np
+import numpy.typing as npt
+
+from producer.protocol import PACKED_FIELDS, Hit, link_label, link_weights
+from worker.context import WorkerContext
+from worker.search import ranking
+from worker.store.bulk import BulkPipeline, fields
+
+#: Fields every candidate needs to be ranked (small: no content, no vector).
+RANK_FIELDS = ("status", "importance", "last_access", "created_at", "valid_to")
+#: Fields the filters need besides those (read with them when a search filters).
+FILTER_FIELDS = ("kind", "agent", "tags", "event_time")
+#: Fields only the returned hits need (the vector last).
+HIT_FIELDS = (
+    "content",
+    "keywords",
+    "metadata",
+    "superseded_by",
+    "kind",
+    "agent",
+    "tags",
+    "event_time",
+    "embedder",
+    "vec",
+)
+
+
+@dataclass(slots=True)
+class Cand:
+    id: str
+    ns: str
+    hop: int
+    fields: dict[str, Any]
+    links: dict[str, float] | None = None  #: neighbour -> weight
+    packed: dict[bytes, bytes] | None = None  #: the links hash as read (labels for the hit)
+    vec: npt.NDArray[np.float32] | None = None
+    similarity: float = 0.0  #: cosine with the query
+    lexical: float = 0.0  #: BM25 score
+    relevance: float = 0.0  #: fused channels plus graph spread
+    parts: ranking.Parts | None = field(default=None, repr=False)
+    score: float = 0.0  #: the composite score, set with ``parts`` by ``score()``
+
+
+#: Decodes a queued read from the replies of the pipeline it was queued on.
+Decoder = Callable[[list[Any]], None]
+
+
+def fetch(
+    ctx: WorkerContext,
+    ns: str,
+    ids: Iterable[str],
+    hop: int,
+    filters: Mapping[str, Any],
+    with_links: Collection[str] = (),
+) -> list[Cand]:
+    """Ranking fields of each id, and the links of those in ``with_links``, in one round trip;
+    active notes only."""
+    cands = [Cand(nid, ns, hop, {}) for nid in ids]
+    pipe = BulkPipeline(ctx.redis)
+    active = queue_rank_fields(pipe, ctx, cands, filters)
+    links = queue_links(pipe, ctx, [c for c in cands if c.id in with_links])
+    replies = pipe.execute() if len(pipe) else []
+    links(replies)
+    return active(replies)
+
+
+def queue_rank_fields(
+    pipe: BulkPipeline, ctx: WorkerContext, cands: list[Cand], filters: Mapping[str, Any]
+) -> Callable[[list[Any]], list[Cand]]:
+    """Queue the read of the candidates' ranking fields, and of those the filters need; its
+    decoder returns the active candidates."""
+    names = list(RANK_FIELDS)
+    if filters:
+        names += FILTER_FIELDS
+    if "metadata" in filters:
+        names.append("metadata")
+    start = len(pipe)
+    for c in cands:
+        pipe.queue("HMGET", ctx.keys.note(c.ns, c.id), *names)
+
+    def decoder(replies: list[Any]) -> list[Cand]:
+        out = []
+        for c, raw in zip(cands, replies[start : start + len(cands)], strict=True):
+            if raw[0] == b"active":
+                c.fields.update(decode(names, raw))
+                out.append(c)
+        return out
+
+    return decoder
+
+
+def queue_links(pipe: BulkPipeline, ctx: WorkerContext, cands: Iterable[Cand]) -> Decoder:
+    """Queue the read of the links hashes of the candidates that lack them."""
+    todo = [c for c in cands if c.links is None]
+    start = len(pipe)
+    for c in todo:
+        pipe.queue("HGETALL", ctx.keys.links(c.ns, c.id))
+
+    def decoder(replies: list[Any]) -> None:
+        for c, row in zip(todo, replies[start : start + len(todo)], strict=True):
+            c.packed = fields(row)
+            c.links = link_weights(c.packed)
+
+    return decoder
+
+
+def load_links(ctx: WorkerContext, cands: Iterable[Cand]) -> None:
+    """Fill in the links of the candidates that lack them (one round trip, none if none do)."""
+    pipe = BulkPipeline(ctx.redis)
+    decoder = queue_links(pipe, ctx, cands)
+    if len(pipe):
+        decoder(pipe.execute())
+
+
+def queue_hit_fields(
+    pipe: BulkPipeline,
+    ctx: WorkerContext,
+    cands: Iterable[Cand],
+    qvec: npt.NDArray[np.float32],
+    embedder: str,
+) -> Decoder:
+    """Queue the read of what the candidates lack to be returned as hits: content, keywords,
+    metadata, vector, links (with their labels). The decoder also sets the similarity to the
+    query from the stored vector when it comes from the current embedder."""
+    cands = list(cands)
+    bare = [c for c in cands if "content" not in c.fields]
+    start = len(pipe)
+    for c in bare:
+        pipe.queue("HMGET", ctx.keys.note(c.ns, c.id), *HIT_FIELDS)
+    links = queue_links(pipe, ctx, cands)
+
+    def decoder(replies: list[Any]) -> None:
+        for c, raw in zip(bare, replies[start : start + len(bare)], strict=True):
+            c.fields.update(decode(list(HIT_FIELDS[:-1]), raw[:-1]))
+            if raw[-1] is not None and c.fields.get("embedder") == embedder:
+                c.vec = np.frombuffer(raw[-1], dtype=np.float32)
+                c.similarity = float(c.vec @ qvec[0])
+        links(replies)
+
+    return decoder
+
+
+def load_hit_fields(
+    ctx: WorkerContext, cands: list[Cand], qvec: npt.NDArray[np.float32], embedder: str
+) -> None:
+    """What ``queue_hit_fields`` reads, for the candidates that lack it (one round trip, none if
+    none do)."""
+    pipe = BulkPipeline(ctx.redis)
+    decoder = queue_hit_fields(pipe, ctx, cands, qvec, embedder)
+    if len(pipe):
+        decoder(pipe.execute())
+
+
+def decode(names: list[str], raw: list[bytes | None]) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    for name, value in zip(names, raw, strict=True):
+        if value is not None:
+            out[name] = msgpack.unpackb(value) if name in PACKED_FIELDS else value.decode()
+    return out
+
+
+def passes(c: Cand, filters: dict[str, Any]) -> bool:
+    """Whether the candidate meets every filter (agent, kind, tags, since/until, as_of,
+    metadata)."""
+    f = c.fields
+    if not filters:
+        return True
+    if "agent" in filters and f.get("agent") != filters["agent"]:
+        return False
+    if "kind" in filters and f.get("kind", "note") != filters["kind"]:
+        return False
+    if "tags" in filters and not set(filters["tags"]) <= set(f.get("tags", ())):
+        return False
+    when = f.get("event_time") or float(f.get("created_at", 0.0))
+    if "since" in filters and when < filters["since"]:
+        return False
+    if "until" in filters and when > filters["until"]:
+        return False
+    as_of = filters.get("as_of")
+    if as_of is not None and not valid_at(f, as_of):
+        return False
+    meta = f.get("metadata", {})
+    return all(meta.get(k) == v for k, v in filters.get("metadata", {}).items())
+
+
+def valid_at(fields: dict[str, Any], as_of: float) -> bool:
+    """Valid at ``as_of``: holding from its event time (else its creation time) at or before
+    it, and not superseded by then (``valid_to``, the successor's event time, after it)."""
+    valid_to = fields.get("valid_to")
+    event = fields.get("event_time")
+    start = float(event) if event is not None else float(fields.get("created_at", 0.0))
+    return start <= as_of and (valid_to is None or float(valid_to) > as_of)
+
+
+def superseded(c: Cand, at: float) -> bool:
+    """Whether the candidate was superseded by ``at`` (such notes rank below valid ones)."""
+    valid_to = c.fields.get("valid_to")
+    return valid_to is not None and float(valid_to) <= at
+
+
+def score(c: Cand, now: float, half_life_s: float, boost_scale: float) -> None:
+    f = c.fields
+    c.parts = parts = ranking.score_parts(
+        c.relevance,
+        float(f.get("importance", 0.5)),
+        float(f.get("last_access", 0.0)),
+        float(f.get("created_at", 0.0)),
+        c.links or {},
+        now=now,
+        half_life_s=half_life_s,
+        boost_scale=boost_scale,
+    )
+    c.score = parts.score
+
+
+def to_hit(c: Cand) -> Hit:
+    f, p = c.fields, c.parts
+    assert p is not None
+    return Hit(
+        id=c.id,
+        namespace=c.ns,
+        content=f.get("content", ""),
+        score=round(p.score, 6),
+        relevance=round(p.relevance, 6),
+        similarity=round(c.similarity, 6),
+        lexical=round(c.lexical, 6),
+        importance=p.importance,
+        recency=round(p.recency, 6),
+        connection_boost=round(p.connection_boost, 6),
+        hop=c.hop,
+        kind=f.get("kind", "note"),
+        keywords=f.get("keywords", []),
+        tags=f.get("tags", []),
+        links=c.links or {},
+        metadata=f.get("metadata", {}),
+        agent=f.get("agent"),
+        created_at=float(f.get("created_at", 0.0)),
+        event_time=f.get("event_time"),
+        valid_to=f.get("valid_to"),
+        superseded_by=f.get("superseded_by"),
+        link_labels={nb.decode(): link_label(raw) for nb, raw in (c.packed or {}).items()},
+    )

@@ -1,0 +1,416 @@
+"""Answer a SearchJob: wait for freshness (worker/intake/freshness.py), fuse the lexical and dense
+channels, spread along links, rank with the composite score, reinforce what is returned; render
+context text (worker/search/rendering.py)."""
+
+from __future__ import annotations
+
+import bisect
+import logging
+import math
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+import numpy.typing as npt
+
+from producer import validation as v
+from producer.errors import InvalidInput
+from producer.keys import Keys
+from producer.protocol import Hit, Reply, SearchJob
+from worker import metrics
+from worker.context import WorkerContext
+from worker.index.lexical import analyze
+from worker.index.projection import CATCH_UP_CHUNK, Projection, catch_up
+from worker.intake.freshness import NotFresh, queue_inbox_reads, wait_fresh
+from worker.search import candidates as cands_
+from worker.search import ranking
+from worker.search.candidates import Cand
+from worker.search.rendering import render_context
+from worker.settings import WorkerSettings
+from worker.store.bulk import BulkPipeline, fields
+
+log = logging.getLogger(__name__)
+
+EXPAND_SEEDS = 10  #: how many top notes have their links followed per hop
+MMR_POOL = 3  #: diversity re-ranks the best k x this many candidates
+#: A neighbour reached over a link is fetched only when its flow is at least this share of the
+#: k-th best relevance so far (the composite factors cannot lift it further than that).
+PRUNE_SHARE = 0.5
+DEADLINE_SLACK_S = 60.0  #: how far a producer's clock may run ahead of the worker's
+
+
+def handle(ctx: WorkerContext, job: SearchJob) -> Reply | None:
+    """The reply to ``job``, or None when the caller has already given up on it."""
+    now = time.time()
+    try:
+        job = checked(ctx.settings, job, now)
+    except InvalidInput as exc:
+        log.warning("refused %s job_id=%s: %s", job.kind, job.job_id, exc)
+        return Reply(job_id=job.job_id, ok=False, error=f"refused: {exc}")
+    if now > job.deadline:
+        log.warning("dropped expired %s job_id=%s", job.kind, job.job_id)
+        metrics.count_expired_search()
+        return None
+    try:
+        if job.kind == "flush":
+            wait_fresh(ctx, job.namespaces, job.deadline)
+            return Reply(job_id=job.job_id)
+        if job.kind == "embed":
+            return embed(ctx, job)
+        hits = search(ctx, job)
+    except NotFresh as exc:
+        return Reply(job_id=job.job_id, ok=False, error=str(exc))
+    text = render_context(hits, job.max_tokens) if job.kind == "context" else ""
+    return Reply(job_id=job.job_id, hits=hits, text=text)
+
+
+def checked(s: WorkerSettings, job: SearchJob, now: float) -> SearchJob:
+    """``job`` as read from Redis, checked against the limits the producer applies (anyone who
+    may push to a search list can send any value) and normalised; InvalidInput names the first
+    field out of bounds. The deadline may be at most MAX_TIMEOUT_S (+ DEADLINE_SLACK_S for
+    clocks that disagree) ahead: a flush waits until it."""
+    names = job.namespaces
+    if not 0 < len(names) <= v.MAX_NAMESPACES or len(set(names)) != len(names):
+        raise InvalidInput(f"namespaces must be 1 to {v.MAX_NAMESPACES} distinct names")
+    for ns in names:
+        v.check_namespace(ns)
+    if job.kind not in ("flush", "embed"):  # embed's texts are checked by embed()
+        v.check_text(job.query, "query", s.max_content_bytes)
+    v.check_int(job.k, "k", 1, s.max_k)
+    v.check_int(job.hops, "hops", 0, v.MAX_HOPS)
+    v.check_time(job.as_of, "as_of")
+    v.check_unit_float(job.diversity, "diversity")
+    v.check_unit_float(job.min_relevance, "min_relevance")
+    v.check_int(job.max_tokens, "max_tokens", v.MIN_CONTEXT_TOKENS, v.MAX_CONTEXT_TOKENS)
+    check_deadline(job.deadline, now)
+    update = {"filters": v.check_filters(job.filters, s), "weights": v.check_weights(job.weights)}
+    return job.model_copy(update=update)
+
+
+def check_deadline(deadline: float, now: float) -> None:
+    """A deadline read from Redis may be at most MAX_TIMEOUT_S (+ slack for clocks) ahead."""
+    if not math.isfinite(deadline) or deadline > now + v.MAX_TIMEOUT_S + DEADLINE_SLACK_S:
+        raise InvalidInput(f"deadline must be at most {v.MAX_TIMEOUT_S:.0f} s ahead")
+
+
+def embed(ctx: WorkerContext, job: SearchJob) -> Reply:
+    """The worker's vectors of ``job.texts``, one float32 little-endian row each; refused past
+    the producer's limits (ZQ_MAX_BATCH texts of ZQ_MAX_CONTENT_BYTES)."""
+    s = ctx.settings
+    too_long = any(len(t.encode("utf-8", "surrogatepass")) > s.max_content_bytes for t in job.texts)
+    if len(job.texts) > s.max_batch or too_long:
+        return Reply(job_id=job.job_id, ok=False, error="embed texts over ZQ_MAX_BATCH or size")
+    rows = ctx.embedder.embed(job.texts).astype("<f4", copy=False)
+    vectors = [row.tobytes() for row in rows]
+    return Reply(job_id=job.job_id, vectors=vectors, embedder=ctx.embedder.name)
+
+
+def search(ctx: WorkerContext, job: SearchJob) -> list[Hit]:
+    s = ctx.settings
+    qvec = ctx.embedder.embed([job.query])
+    terms = analyze(job.query)
+    now = time.time()
+    filters = {**job.filters, "as_of": job.as_of} if job.as_of is not None else job.filters
+    weights = {
+        "dense": s.dense_weight_for,
+        "lexical": s.lexical_weight,
+        "graph": s.graph_weight,
+        "feedback": s.feedback_weight,
+    }
+    weights.update(job.weights)
+    pools = _first_stage(ctx, job, qvec, terms, weights, filters)
+    for hop in range(1, job.hops):
+        for ns, pool in pools.items():
+            _expand(ctx, ns, pool, hop, filters, weights["graph"], job.k)
+    at = now if job.as_of is None else job.as_of
+    width = job.k * MMR_POOL if job.diversity > 0 else job.k
+    ranked = _last_hop(ctx, pools, job, filters, weights["graph"], width, now, at, qvec)
+    if job.diversity > 0:
+        ranked = ranked[:width]
+        cands_.load_hit_fields(ctx, ranked, qvec, ctx.embedder.name)
+        ranked = _diversify(ranked, job.k, job.diversity)
+        ranked.sort(key=lambda c: cands_.superseded(c, at))
+    top = ranked[: job.k]
+    cands_.load_hit_fields(ctx, top, qvec, ctx.embedder.name)
+    for ns in job.namespaces:  # a search of namespaces nobody wrote keeps nothing of them
+        ctx.drop_if_empty(ns)
+    return [cands_.to_hit(c) for c in top]
+
+
+@dataclass
+class _Plan:
+    """A namespace's first-stage channels as drawn from its projection at ``position``."""
+
+    position: str
+    channels: dict[str, dict[str, float]]
+    relevance: dict[str, float]
+
+
+def _first_stage(
+    ctx: WorkerContext,
+    job: SearchJob,
+    qvec: npt.NDArray[np.float32],
+    terms: list[str],
+    weights: dict[str, float],
+    filters: dict[str, Any],
+) -> dict[str, dict[str, Cand]]:
+    """Each namespace's dense and lexical candidates, fused, with their ranking fields (and the
+    links of those a hop or the connection boost needs); unscored.
+
+    The freshness wait (for ``job.fresh``), the read of each change log past its projection
+    and the candidates' fetch share one round trip while every projection was caught up at its
+    last search: the candidates are then drawn from the projections as they are, and drawn
+    again after catching up only if that read found changes. Otherwise the projections are
+    caught up first and the candidates fetched in a second round trip."""
+    projs = [ctx.projection(ns) for ns in job.namespaces]
+    settled = all(p.settled for p in projs)
+    plans = {p.ns: _plan(ctx, p, qvec, terms, job.k, weights) for p in projs if settled}
+    positions = {p.ns: plans[p.ns].position if settled else p.position for p in projs}
+    pipe = BulkPipeline(ctx.redis)
+    wait = queue_inbox_reads(pipe, ctx, job.namespaces) if job.fresh else None
+    start = len(pipe)
+    for p in projs:
+        pipe.xrange(ctx.keys.changes(p.ns), min=f"({positions[p.ns]}", count=CATCH_UP_CHUNK)
+    fetches = {ns: _queue_fetch(pipe, ctx, ns, p, job, weights, filters) for ns, p in plans.items()}
+    replies = pipe.execute()
+    waited = wait is not None and wait(replies, job.deadline)
+    pools: dict[str, dict[str, Cand]] = {}
+    later = BulkPipeline(ctx.redis)
+    for p, raw in zip(projs, replies[start : start + len(projs)], strict=True):
+        entries = [(eid, fields(flat)) for eid, flat in raw]
+        p.settled = not waited and not entries
+        if p.settled and p.ns in fetches:
+            pools[p.ns] = fetches[p.ns](replies)
+            continue
+        with p.lock:
+            catch_up(ctx, p, None if waited else (positions[p.ns], entries))
+        plan = _plan(ctx, p, qvec, terms, job.k, weights)
+        fetches[p.ns] = _queue_fetch(later, ctx, p.ns, plan, job, weights, filters)
+    replies = later.execute() if len(later) else []
+    pools.update({ns: fetches[ns](replies) for ns in fetches if ns not in pools})
+    return {ns: pools[ns] for ns in job.namespaces}
+
+
+def _plan(
+    ctx: WorkerContext,
+    proj: Projection,
+    qvec: npt.NDArray[np.float32],
+    terms: list[str],
+    k: int,
+    weights: dict[str, float],
+) -> _Plan:
+    """The channels of ``proj`` as it is (not caught up), fused into relevance."""
+    s = ctx.settings
+    n = max(s.search_candidates, k)
+    with proj.lock:
+        position = proj.position
+        channels = _channels(ctx, proj, qvec, terms, n, k, weights)
+    if s.fusion == "rrf":
+        relevance = ranking.fuse({k: list(v) for k, v in channels.items()}, weights, s.rrf_k)
+    else:
+        relevance = ranking.fuse_scores(channels, weights)
+    return _Plan(position, channels, ranking.backfill(relevance, channels["dense"], k))
+
+
+def _channels(
+    ctx: WorkerContext,
+    proj: Projection,
+    qvec: npt.NDArray[np.float32],
+    terms: list[str],
+    n: int,
+    k: int,
+    weights: dict[str, float],
+) -> dict[str, dict[str, float]]:
+    """Each channel's candidates, best first, with their scores (cosine, BM25). The dense
+    channel is also read when its weight is 0 but the lexical one found fewer than k notes
+    (no shared word: a paraphrase), to backfill the hits. The caller holds ``proj.lock``."""
+    hits: list[tuple[int, float]] = []
+    if weights["lexical"] > 0:
+        s = ctx.settings
+        query = proj.lexical.complete(terms)
+        query = proj.lexical.expand(query, s.feedback_docs, s.feedback_terms, weights["feedback"])
+        hits = proj.lexical.search_weighted(query, n)
+    lexical = {proj.ids[seq]: score for seq, score in hits if seq in proj.ids}
+    size = len(proj.index)
+    dense: dict[str, float] = {}
+    backfill = weights["lexical"] > 0 and len(lexical) < k
+    if size and (weights["dense"] > 0 or backfill):
+        scores, seqs = proj.index.search(qvec, min(n, size))
+        dense = {
+            proj.ids[q]: v
+            for v, q in zip(scores[0].tolist(), seqs[0].tolist(), strict=True)
+            if q >= 0 and q in proj.ids
+        }
+    return {"dense": dense, "lexical": lexical}
+
+
+def _queue_fetch(
+    pipe: BulkPipeline,
+    ctx: WorkerContext,
+    ns: str,
+    plan: _Plan,
+    job: SearchJob,
+    weights: dict[str, float],
+    filters: dict[str, Any],
+) -> Callable[[list[Any]], dict[str, Cand]]:
+    """Queue the read of the plan's candidates: ranking fields, and links for the best
+    ``EXPAND_SEEDS`` (a hop's seeds), or for all when the connection boost needs them. The
+    decoder returns the active candidates that pass the filters, with their channel scores."""
+    relevance, channels = plan.relevance, plan.channels
+    cands = [Cand(nid, ns, 0, {}) for nid in relevance]
+    linked: list[Cand] = []
+    if ctx.settings.boost_scale > 0:
+        linked = cands
+    elif job.hops and weights["graph"] > 0:
+        linked = sorted(cands, key=lambda c: -relevance[c.id])[:EXPAND_SEEDS]
+    active = cands_.queue_rank_fields(pipe, ctx, cands, filters)
+    links = cands_.queue_links(pipe, ctx, linked)
+
+    def decoder(replies: list[Any]) -> dict[str, Cand]:
+        links(replies)
+        pool = {c.id: c for c in active(replies) if cands_.passes(c, filters)}
+        for c in pool.values():
+            c.relevance = relevance[c.id]
+            c.lexical = channels["lexical"].get(c.id, 0.0)
+            c.similarity = channels["dense"].get(c.id, 0.0)
+        return pool
+
+    return decoder
+
+
+def _seeds(pool: dict[str, Cand], hop: int) -> list[Cand]:
+    """The best notes reached at the hop before ``hop``: they spread relevance at ``hop``."""
+    seeds = sorted((c for c in pool.values() if c.hop == hop - 1), key=lambda c: -c.relevance)
+    return seeds[:EXPAND_SEEDS]
+
+
+def _newcomers(pool: dict[str, Cand], flow: dict[str, float], k: int) -> list[str]:
+    """Neighbours not yet seen whose flow could carry them near the top k (others cannot make
+    the cut)."""
+    ranked = sorted((c.relevance for c in pool.values()), reverse=True)
+    bar = PRUNE_SHARE * ranked[k - 1] if len(ranked) >= k else 0.0
+    return [nid for nid, value in flow.items() if nid not in pool and value >= bar]
+
+
+def _expand(
+    ctx: WorkerContext,
+    ns: str,
+    pool: dict[str, Cand],
+    hop: int,
+    filters: dict[str, Any],
+    graph_weight: float,
+    k: int,
+) -> None:
+    """Spread relevance from the best notes along their links; fetch the neighbours not yet
+    seen whose flow could carry them near the top k."""
+    if graph_weight <= 0:
+        return
+    seeds = _seeds(pool, hop)
+    cands_.load_links(ctx, seeds)
+    flow = ranking.spread({c.id: c.relevance for c in seeds}, _links(seeds), graph_weight)
+    new = _newcomers(pool, flow, k)
+    for c in cands_.fetch(ctx, ns, new, hop, filters, set(new)):
+        if cands_.passes(c, filters):
+            pool[c.id] = c
+    for nid, extra in flow.items():
+        if nid in pool:
+            pool[nid].relevance += extra
+
+
+def _links(cands: list[Cand]) -> dict[str, dict[str, float]]:
+    return {c.id: c.links or {} for c in cands}
+
+
+def _last_hop(
+    ctx: WorkerContext,
+    pools: dict[str, dict[str, Cand]],
+    job: SearchJob,
+    filters: dict[str, Any],
+    graph_weight: float,
+    width: int,
+    now: float,
+    at: float,
+    qvec: npt.NDArray[np.float32],
+) -> list[Cand]:
+    """Every candidate at least ``job.min_relevance`` relevant, scored and ranked after the
+    last hop's spreading (none for ``job.hops`` 0), with what a hit needs read for the best
+    ``width`` in the same round trip as the hop's new neighbours.
+
+    Spreading only adds the seeds' flow to the candidates already seen, so their final scores
+    are known before the neighbours are read; a neighbour is read only when its flow times the
+    largest composite factors could reach the ``width``-th of those scores, and then read in
+    full (ranking fields, links and hit fields), as it may be returned."""
+    s = ctx.settings
+    half_life_s = s.recency_half_life_days * 86_400
+    hop, k, floor_rel = job.hops, job.k, job.min_relevance
+    flows = _spread(ctx, pools, hop, graph_weight, k) if hop > 0 and graph_weight > 0 else {}
+    ranked = [c for pool in pools.values() for c in pool.values() if c.relevance >= floor_rel]
+    for c in ranked:
+        cands_.score(c, now, half_life_s, s.boost_scale)
+    ranked.sort(key=_order(at))
+    floor = 0.0
+    if len(ranked) >= width and not cands_.superseded(ranked[width - 1], at):
+        floor = ranked[width - 1].score
+    neighbours = [
+        Cand(nid, ns, hop, {}, relevance=value)
+        for ns, flow in flows.items()
+        for nid, value in flow.items()
+        if value >= floor_rel and ranking.score_ceiling(value, s.boost_scale) >= floor
+    ]
+    pipe = BulkPipeline(ctx.redis)
+    active = cands_.queue_rank_fields(pipe, ctx, neighbours, filters)
+    hit_fields = cands_.queue_hit_fields(
+        pipe, ctx, [*ranked[:width], *neighbours], qvec, ctx.embedder.name
+    )
+    replies = pipe.execute() if len(pipe) else []
+    joined = [c for c in active(replies) if cands_.passes(c, filters)]
+    hit_fields(replies)
+    for c in joined:
+        pools[c.ns][c.id] = c
+        cands_.score(c, now, half_life_s, s.boost_scale)
+        bisect.insort(ranked, c, key=_order(at))
+    return ranked
+
+
+def _spread(
+    ctx: WorkerContext, pools: dict[str, dict[str, Cand]], hop: int, graph_weight: float, k: int
+) -> dict[str, dict[str, float]]:
+    """Spread relevance from each namespace's best notes along their links (adding it to the
+    candidates already seen); the flow to the neighbours not yet seen that could come near the
+    top k, per namespace."""
+    seeds = {ns: _seeds(pool, hop) for ns, pool in pools.items()}
+    cands_.load_links(ctx, [c for group in seeds.values() for c in group])
+    news: dict[str, dict[str, float]] = {}
+    for ns, pool in pools.items():
+        relevance = {c.id: c.relevance for c in seeds[ns]}
+        flow = ranking.spread(relevance, _links(seeds[ns]), graph_weight)
+        news[ns] = {nid: flow[nid] for nid in _newcomers(pool, flow, k)}
+        for nid, extra in flow.items():
+            if nid in pool:
+                pool[nid].relevance += extra
+    return news
+
+
+def _order(at: float) -> Callable[[Cand], tuple[bool, float, str, str]]:
+    """Ranking order: notes still valid at ``at`` first, then by score (ties by namespace, id)."""
+    return lambda c: (cands_.superseded(c, at), -c.score, c.ns, c.id)
+
+
+def _diversify(ranked: list[Cand], k: int, diversity: float) -> list[Cand]:
+    """Maximal marginal relevance over the best candidates (vectors from the notes)."""
+    vecs = [c.vec for c in ranked if c.vec is not None]
+    if not ranked or len(vecs) != len(ranked):
+        return ranked
+    scores = np.asarray([c.score for c in ranked], dtype=np.float32)
+    return [ranked[i] for i in ranking.mmr(scores, np.vstack(vecs), k, 1.0 - diversity)]
+
+
+def touch(pipe: BulkPipeline, keys: Keys, hits: list[Hit], now: float) -> None:
+    """Reinforce what was returned: access_count + 1 and last_access = now (atomic HINCRBY);
+    queued on the reply's pipeline so it costs the caller no extra round trip."""
+    for h in hits:
+        key = keys.note(h.namespace, h.id)
+        pipe.queue("HINCRBY", key, "access_count", 1)
+        pipe.queue("HSET", key, "last_access", now)

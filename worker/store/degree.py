@@ -1,0 +1,116 @@
+"""The degree cap (``max_degree``): no note keeps more links than that, so hub notes stay
+bounded. Before links are committed, ``plan_cap`` reads the link counts of the notes they
+touch (one script) and, for the notes that would go over the cap, their links with their
+metadata (one pipeline); ``linking.cap_degree`` decides which links go (the weakest, from both
+sides); ``apply_cap`` removes the existing ones in the caller's MULTI/EXEC with one ``unlink``
+audit entry each. Callers hold the namespace lock, so what was read is still true when they
+commit.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Collection, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from redis.client import Pipeline
+
+from producer.protocol import link_meta, link_weights
+from worker.context import WorkerContext
+from worker.organise.linking import Link, cap_degree
+from worker.store import bulk, notes
+
+DEGREE_CAP = "degree-cap"  #: audit source of a link dropped by the cap
+#: The link count of each key: one command for the thousands of notes a batch touches.
+DEGREES_LUA = """
+local out = {}
+for i, key in ipairs(KEYS) do
+    out[i] = redis.call('HLEN', key)
+end
+return out
+"""
+
+
+@dataclass
+class Capped:
+    """The links to write and the existing links (a, b, weight) the cap drops, with metas."""
+
+    links: list[Link]
+    dropped: list[tuple[str, str, float]] = field(default_factory=list)
+    metas: list[dict[str, Any]] = field(default_factory=list)
+    refused: int = 0  #: proposed links not written because of the cap
+
+
+def plan_cap(
+    ctx: WorkerContext,
+    ns: str,
+    links: Sequence[Link],
+    removed: Collection[tuple[str, str]] = (),
+) -> Capped:
+    """Which of ``links`` to write and which existing links to drop; ``removed`` holds the
+    links (a, b) the same commit removes anyway."""
+    cap = ctx.settings.max_degree
+    if cap <= 0 or not links:
+        return Capped(list(links))
+    ends = sorted({end for link in links for end in (link.a, link.b)})
+    delta = dict.fromkeys(ends, 0)
+    for link in links:
+        delta[link.a] += 1
+        delta[link.b] += 1
+    for a, b in removed:
+        for end in (a, b):
+            if end in delta:
+                delta[end] -= 1
+    counts = ctx.redis.register_script(DEGREES_LUA)(keys=[ctx.keys.links(ns, nid) for nid in ends])
+    crowded = [nid for nid, count in zip(ends, counts, strict=True) if count + delta[nid] > cap]
+    existing, metas = _crowded(ctx, ns, crowded) if crowded else ({}, {})
+    for a, b in removed:
+        existing.get(a, {}).pop(b, None)
+        existing.get(b, {}).pop(a, None)
+    kept, dropped = cap_degree(existing, links, cap)
+    return Capped(
+        kept, dropped, [_meta(metas, a, b) for a, b, _ in dropped], len(links) - len(kept)
+    )
+
+
+def _crowded(
+    ctx: WorkerContext, ns: str, ids: list[str]
+) -> tuple[dict[str, dict[str, float]], dict[str, dict[bytes, bytes]]]:
+    """The links of each crowded note as neighbour -> weight and as the packed links (for the
+    metadata of those the cap drops), in one round trip."""
+    pipe = bulk.BulkPipeline(ctx.redis)
+    for nid in ids:
+        pipe.queue("HGETALL", ctx.keys.links(ns, nid))
+    rows = [bulk.fields(row) for row in pipe.execute()]
+    return (
+        {nid: link_weights(row) for nid, row in zip(ids, rows, strict=True)},
+        dict(zip(ids, rows, strict=True)),
+    )
+
+
+def _meta(metas: dict[str, dict[bytes, bytes]], a: str, b: str) -> dict[str, Any]:
+    """The metadata of link a - b, from whichever end read it."""
+    raw = metas.get(a, {}).get(b.encode()) or metas.get(b, {}).get(a.encode())
+    return link_meta(raw)
+
+
+def apply_cap(pipe: Pipeline, ctx: WorkerContext, ns: str, capped: Capped, actor: str) -> None:
+    """Drop the planned links from both sides, audit each, and count them (inside MULTI)."""
+    if not capped.dropped and not capped.refused:
+        return
+    notes.unlink_pairs(pipe, ctx.keys, ns, [(a, b) for a, b, _ in capped.dropped])
+    for (a, b, weight), meta in zip(capped.dropped, capped.metas, strict=True):
+        notes.audit(
+            pipe,
+            ctx.keys,
+            ns,
+            "unlink",
+            a,
+            actor=actor,
+            source=DEGREE_CAP,
+            before={"links": {b: [weight, meta.get("reason", ""), meta.get("label", "")]}},
+            after={"links": {}, "max_degree": ctx.settings.max_degree},
+        )
+    stats = ctx.keys.stats(ns)
+    pipe.hincrby(stats, "links", -len(capped.dropped))
+    pipe.hincrby(stats, "links_capped", len(capped.dropped) + capped.refused)
