@@ -10,10 +10,10 @@ Two runs, one per mode, each with one real ``zettelq worker`` process:
 - ``off``: ``ZQ_JUDGE=heuristic``, the default.
 - ``llm``: ``ZQ_JUDGE=llm`` against an OpenAI-compatible chat server this script starts on
   127.0.0.1, which answers every call after ``--delay-ms`` (200 ms) by linking each new note
-  to its first candidate. A second process runs ``worker.organise.judge.judge_all`` back to back,
-  as the periodic judge task does, with ``--llm-concurrency`` calls in flight (1 by default:
-  8 notes per 200 ms call, 40 notes/s, below the store rate), so an LLM backlog (notes
-  waiting on ``Keys.judge``) builds up while the producers run and drains afterwards.
+  to its first candidate. A second process runs the periodic ``judge`` job
+  (``run_periodic(ctx, "judge")``) back to back, with ``--llm-concurrency`` calls in flight
+  (1 by default: 8 notes per 200 ms call, 40 notes/s, below the store rate), so an LLM backlog
+  (notes waiting on ``Keys.judge``) builds up while the producers run and drains afterwards.
 
 In both, a load phase: ``--producers`` processes each store notes at a fixed pace
 (``--rate`` notes/s in all, round-robin over ``--namespaces``) for ``--seconds`` while a second
@@ -52,7 +52,7 @@ from typing import Any
 from producer import MemoryClient, ProducerSettings, ZettelqError
 from tests.integration.chat_server import ChatServer, Scripted
 from worker.context import WorkerContext
-from worker.organise.judge import judge_all
+from worker.organise.periodic import run_periodic
 from worker.settings import WorkerSettings
 
 TOPICS = "billing invoices postgres archive customer email refund ledger".split()
@@ -124,7 +124,7 @@ def judge_loop(settings: WorkerSettings, stop: Event) -> None:
     ctx = WorkerContext.build(settings)
     try:
         while not stop.is_set():
-            if judge_all(ctx) == 0:
+            if run_periodic(ctx, "judge") == 0:
                 time.sleep(0.05)
     finally:
         ctx.close()

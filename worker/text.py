@@ -1,4 +1,5 @@
-"""Deterministic keyword and tag extraction (no model): content words ranked by weight."""
+"""How text becomes words (no model): tokens, ranked keywords, derived tags and the lead sentence
+that is a note's one-line context."""
 
 from __future__ import annotations
 
@@ -11,6 +12,8 @@ WORD_RE = re.compile(r"[^\W_][\w'\u2019-]*", re.UNICODE)  #: a word: letters/dig
 #: Longest keyword, as ZQ_MAX_TAG_CHARS's default: a longer "word" is a token, hash or blob,
 #: not a subject, and would become a tag longer than a caller may give.
 MAX_KEYWORD_CHARS = 64
+LEAD_MAX_CHARS = 200  #: longest lead sentence (a note's context line)
+SENTENCE_END = re.compile(r"(?<=[.!?])\s+")  #: where a sentence ends
 
 #: Common English words that never make a keyword.
 STOPWORDS = frozenset(
@@ -68,3 +71,15 @@ def derive_tags(
         if kw not in out and len(kw) <= max_chars:
             out.append(kw)
     return out
+
+
+def lead_sentence(content: str, max_chars: int = LEAD_MAX_CHARS) -> str:
+    """The content's first sentence, whitespace collapsed, cut at a word within ``max_chars``
+    (with an ellipsis when cut)."""
+    text = " ".join(content.split())
+    sentence = SENTENCE_END.split(text, maxsplit=1)[0]
+    if len(sentence) <= max_chars:
+        return sentence
+    cut = sentence[: max_chars - 1]
+    head = cut.rsplit(" ", 1)[0] if " " in cut else cut
+    return head.rstrip(" ,;:-") + "\u2026"

@@ -41,7 +41,7 @@ from producer.adapters.langgraph.query import plan_reads
 from producer.keys import Keys
 from tests.conftest import drain_all, make_settings
 from worker.context import WorkerContext
-from worker.organise import periodic
+from worker.runtime import organiser
 from worker.runtime.servers import SearchServer
 
 
@@ -277,7 +277,7 @@ def test_organisation_keeps_every_item_merge_supersession_and_insights_included(
     for i, text in enumerate(texts):
         store.put(ns, f"t{i}", {"content": text})
     assert len(store.search(ns, limit=20)) == 6
-    runs = periodic.organise(ctx, encode_namespace(ns), None, time.time() + 30)
+    runs = organiser.organise(ctx, encode_namespace(ns), None, time.time() + 30)
     assert {r.job for r in runs} >= {"merge", "supersede", "consolidate"}
     for key in ("dup-1", "dup-2", "dup-3"):
         assert store.get(ns, key).value == same

@@ -105,9 +105,10 @@ def test_a_searcher_serves_its_own_metrics(settings: WorkerSettings) -> None:
         wait_until(lambda: _answers(port), 60)
         with MemoryClient(settings) as mem:
             mem.flush(NS, timeout_s=30)
+        # the search thread observes a request's duration after it has sent the reply
+        wait_until(lambda: _flushes(scrape(port)) > 0, 10)
         families = scrape(port)
-        assert value(families, "zettelq_search_seconds", "zettelq_search_seconds_count",
-                     kind="flush") == 1  # fmt: skip
+        assert _flushes(families) == 1
         assert families["zettelq_backlog_entries"][0] == "gauge"
     finally:
         stop(proc)
@@ -119,3 +120,7 @@ def _answers(port: int) -> bool:
     except OSError:
         return False
     return True
+
+
+def _flushes(families: dict) -> float:
+    return value(families, "zettelq_search_seconds", "zettelq_search_seconds_count", kind="flush")

@@ -5,10 +5,10 @@ from __future__ import annotations
 import pytest
 
 from producer.protocol import link_label
-from worker.organise.linking import Link
 from worker.search.candidates import Cand, load_links
 from worker.store import notes
 from worker.store.bulk import BulkTransaction
+from worker.store.notes import Link
 
 
 @pytest.mark.parametrize("degree", [5, 300])

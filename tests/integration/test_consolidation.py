@@ -16,7 +16,8 @@ from tests.conftest import drain_all, make_settings
 from tests.integration.chat_server import ChatServer, answer, chat
 from worker.context import WorkerContext
 from worker.organise.consolidation import consolidate_namespace
-from worker.organise.periodic import last_runs, organise, run_periodic
+from worker.organise.periodic import last_runs, run_periodic
+from worker.runtime.organiser import organise
 from worker.runtime.servers import SearchServer
 from worker.store.integrity import check_namespace
 

@@ -21,7 +21,7 @@ from worker.intake.drain import decode_job
 from worker.intake.ingest import handle_jobs
 from worker.runtime.servers import SearchServer
 from worker.store.integrity import check_namespace
-from worker.text import MAX_KEYWORD_CHARS, extract_keywords
+from worker.text import MAX_KEYWORD_CHARS, extract_keywords, lead_sentence
 
 __all__ = ["chat"]
 
@@ -218,8 +218,8 @@ def test_a_bad_answer_leaves_the_deterministic_fields(cctx, chat, reply, reason)
 
     assert first.keywords == extract_keywords(NOTES[0])
     assert first.tags == ["mine", *first.keywords[:4]]
-    assert first.context == construction.lead_context(NOTES[0])
-    assert second.context == construction.lead_context(LONG) and second.kind == "note"
+    assert first.context == lead_sentence(NOTES[0])
+    assert second.context == lead_sentence(LONG) and second.kind == "note"
     assert active(cctx, "f") == set(ids)  # the long input was stored as one note
     got = counters(cctx, "f")
     assert got["construct_fallbacks"] == 2 and got["construct_notes"] == 0
@@ -234,7 +234,7 @@ def test_a_note_the_answer_leaves_out_keeps_its_deterministic_fields(cctx, chat)
         first, second = (mem.get(nid, namespace="p") for nid in ids)
 
     assert first.context == "Model context of note 1."
-    assert second.context == construction.lead_context(NOTES[1])
+    assert second.context == lead_sentence(NOTES[1])
     assert counters(cctx, "p")["construct_fallbacks"] == 1
 
 
@@ -245,7 +245,7 @@ def test_a_slow_answer_times_out_and_falls_back(redis_db, tmp_path, chat):
         with MemoryClient(ctx.settings) as mem:
             nid = mem.store(NOTES[0], namespace="s")
             drain_all(ctx)
-            assert mem.get(nid, namespace="s").context == construction.lead_context(NOTES[0])
+            assert mem.get(nid, namespace="s").context == lead_sentence(NOTES[0])
         assert counters(ctx, "s")["llm_fail_timeout"] == 1
     finally:
         ctx.close()
@@ -271,7 +271,7 @@ def test_with_the_budget_spent_nothing_is_called(redis_db, tmp_path, chat):
             nid = mem.store(LONG, namespace="x")
             drain_all(ctx)
             note = mem.get(nid, namespace="x")
-        assert (note.context, note.kind) == (construction.lead_context(LONG), "note")
+        assert (note.context, note.kind) == (lead_sentence(LONG), "note")
         assert chat.requests == []
         assert counters(ctx, "x")["llm_fail_budget"] == 1
         assert active(ctx, "x") == {nid}

@@ -4,9 +4,9 @@ reads for them (only the weakest links' metadata is read)."""
 from __future__ import annotations
 
 from worker.context import WorkerContext
-from worker.organise.linking import Link
 from worker.store import notes
 from worker.store.degree import plan_cap
+from worker.store.notes import Link
 
 NS = "deg"
 

@@ -13,7 +13,7 @@ import pytest
 from producer import MemoryClient, NotFound
 from tests.conftest import drain_all, make_settings
 from worker.context import WorkerContext
-from worker.organise import periodic
+from worker.runtime import organiser
 from worker.runtime.organiser import OrganiseServer
 
 NS = "erase"
@@ -25,7 +25,7 @@ def audit_bytes(ctx: WorkerContext, ns: str = NS) -> list[bytes]:
 
 
 def run_audit(ctx: WorkerContext, ns: str = NS) -> int:
-    (run,) = periodic.organise(ctx, ns, ["audit"], time.time() + 30)
+    (run,) = organiser.organise(ctx, ns, ["audit"], time.time() + 30)
     return run.work
 
 

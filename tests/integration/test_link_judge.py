@@ -19,7 +19,8 @@ from producer.protocol import unpack_link
 from tests.conftest import drain_all, make_settings
 from tests.integration.chat_server import ChatServer, Scripted, answer, chat
 from worker.context import WorkerContext
-from worker.organise.judge import judge_all, judge_namespace
+from worker.organise.judge import judge_namespace
+from worker.organise.periodic import run_periodic
 from worker.runtime.servers import SearchServer
 from worker.store.integrity import check_namespace
 
@@ -165,7 +166,7 @@ def test_one_call_judges_several_notes(jctx, chat):
     texts = [f"Invoice batch {i} of the billing service is stored in Postgres." for i in range(16)]
     with MemoryClient(jctx.settings) as mem:
         seed(jctx, mem, texts)
-        judged = judge_all(jctx)
+        judged = run_periodic(jctx, "judge")
 
     assert judged >= 12
     assert len(chat.requests) <= 0.25 * len(texts)
@@ -264,7 +265,7 @@ def test_with_the_heuristic_judge_nothing_is_queued_or_called(redis_db, tmp_path
     try:
         with MemoryClient(ctx.settings) as mem:
             seed(ctx, mem, INVOICES)
-        assert queued(ctx) == [] and judge_all(ctx) == 0 and chat.requests == []
+        assert queued(ctx) == [] and run_periodic(ctx, "judge") == 0 and chat.requests == []
     finally:
         ctx.close()
 

@@ -7,9 +7,9 @@ from redis import Redis
 
 from producer.keys import Keys
 from producer.protocol import link_meta, link_weight, pack_link, unpack_link
-from worker.organise.linking import Link
 from worker.store import notes
 from worker.store.bulk import BulkTransaction, fields
+from worker.store.notes import Link
 
 
 def test_write_links_writes_both_sides_with_label_and_source(redis_db: Redis) -> None:

@@ -6,7 +6,8 @@ import json
 
 import pytest
 
-from worker.cli.console import Printer, iso_time, readable
+from worker.cli.console import Printer
+from worker.readable import iso_time, readable
 
 
 def test_epoch_times_become_iso_8601_in_utc_nested_ones_too() -> None:

@@ -15,21 +15,21 @@ from worker.intake.construction import (
     atom_ids,
     built_from,
     clean_words,
-    lead_context,
 )
+from worker.text import lead_sentence
 
 
 def test_the_context_is_the_first_sentence_with_whitespace_collapsed() -> None:
-    assert lead_context("We chose  React.\nThe team knows it. More.") == "We chose React."
-    assert lead_context("No full stop at all") == "No full stop at all"
+    assert lead_sentence("We chose  React.\nThe team knows it. More.") == "We chose React."
+    assert lead_sentence("No full stop at all") == "No full stop at all"
 
 
 def test_a_long_lead_sentence_is_cut_at_a_word_with_an_ellipsis() -> None:
     text = "alpha " * 60 + "end."
-    context = lead_context(text)
+    context = lead_sentence(text)
     assert len(context) <= CONTEXT_MAX_CHARS
     assert context.endswith("alpha\u2026")
-    assert lead_context(text) == context  # deterministic
+    assert lead_sentence(text) == context  # deterministic
 
 
 def test_model_words_are_split_lowercased_and_stripped_of_stop_words() -> None:

@@ -7,14 +7,14 @@ import pytest
 from worker.organise.linking import (
     STRONG_MARGIN,
     Candidate,
-    Link,
     Step,
     batch_candidates,
-    cap_degree,
     dedupe_links,
     judge,
     sequence_links,
 )
+from worker.store.degree import cap_degree
+from worker.store.notes import Link
 
 THRESHOLD = 0.3
 KW = frozenset({"orders", "shipping"})

@@ -8,8 +8,9 @@ from pathlib import Path
 import msgpack
 
 from worker.organise.judge import Judged, Request, plan_links, request
-from worker.organise.linking import Candidate, Link
+from worker.organise.linking import Candidate
 from worker.settings import WorkerSettings
+from worker.store.notes import Link
 
 MODEL = "model:m"
 

@@ -4,6 +4,7 @@ import math
 
 import pytest
 
+from worker.organise.decay import recency
 from worker.search.ranking import (
     BOOST_SCALE,
     MAX_BOOST,
@@ -11,7 +12,6 @@ from worker.search.ranking import (
     backfill,
     connection_boost,
     fuse,
-    recency,
     score_parts,
     spread,
 )

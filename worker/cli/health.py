@@ -23,8 +23,9 @@ from redis.exceptions import RedisError
 from producer.core import redis_kwargs
 from producer.keys import Keys
 from producer.settings import ProducerSettings
-from worker.cli.console import Handler, iso_time
+from worker.cli.console import Handler
 from worker.cli.failure import redacted
+from worker.readable import iso_time
 from worker.runtime.heartbeat import ROLES, Process, live_processes
 from worker.settings import WorkerSettings
 

@@ -4,17 +4,12 @@ migrate. They read and write Redis directly; all but ``dead`` need the worker ex
 from __future__ import annotations
 
 import argparse
-from collections.abc import Iterator
-from contextlib import contextmanager
-from dataclasses import asdict, dataclass
-
-from redis import Redis
+from dataclasses import asdict
 
 from producer import Unavailable
-from producer.core import redis_kwargs
-from producer.keys import Keys
 from worker.cli.console import Handler, Printer, add_output_options
 from worker.cli.failure import redacted
+from worker.context import streams
 from worker.settings import WorkerSettings
 
 #: the columns of a dead letter's table row
@@ -39,25 +34,6 @@ def add_commands(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> di
     for name in HANDLERS:
         add_output_options(sub.choices[name])
     return HANDLERS
-
-
-@dataclass
-class Streams:
-    """The data Redis and its keys, without the embedder and projections of a WorkerContext."""
-
-    redis: Redis
-    keys: Keys
-
-
-@contextmanager
-def streams(settings: WorkerSettings) -> Iterator[Streams]:
-    redis = Redis.from_url(
-        settings.redis_url, socket_timeout=settings.socket_timeout_s, **redis_kwargs(settings)
-    )
-    try:
-        yield Streams(redis, Keys(settings.key_prefix, settings.shard_count))
-    finally:
-        redis.close()
 
 
 def _dead(settings: WorkerSettings, args: argparse.Namespace, rest: list[str]) -> int:

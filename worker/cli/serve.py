@@ -14,7 +14,8 @@ import argparse
 
 from producer.adapters.tokens import TokenStore
 from producer.errors import NotFound
-from worker.cli.console import Handler, Printer, add_output_options, readable
+from worker.cli.console import Handler, Printer, add_output_options
+from worker.readable import readable
 from worker.settings import WorkerSettings
 
 DEFAULT_HOST = "127.0.0.1"  #: zettelq serve listens here unless told otherwise

@@ -27,8 +27,9 @@ from producer.core import redis_kwargs
 from producer.errors import InvalidInput
 from producer.keys import Keys
 from producer.validation import check_namespace
-from worker.cli.console import Handler, iso_time, readable
+from worker.cli.console import Handler
 from worker.cli.health import HEALTHY_STATES
+from worker.readable import iso_time, readable
 from worker.runtime.heartbeat import Process, live_processes
 from worker.settings import WorkerSettings
 

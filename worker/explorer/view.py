@@ -29,10 +29,10 @@ import msgpack
 from producer import MemoryClient, ProtocolError
 from producer.core import walk_step
 from producer.protocol import Note, note_from_hash, unpack_link
-from worker.cli.console import iso_time, readable
-from worker.cli.operations import Streams
+from worker.context import Streams
 from worker.intake.construction import PART_OF
 from worker.organise.linking import SEQUENCE
+from worker.readable import iso_time, readable
 from worker.store.graph import READ_CHUNK
 from worker.store.notes import Fields, read_notes
 

@@ -28,6 +28,9 @@ B = 0.3  #: BM25 length normalisation (low: memories are short, longer ones carr
 #: Query terms no note has are completed by the terms that share their first this many
 #: characters and of which one is a prefix of the other ("auth" / "authent", from
 #: "authentication"); shorter terms are never completed.
+#: A young namespace judges keyword rarity as if it held this many more unrelated notes, so its
+#: first notes can link on a shared keyword (ingest's links, evolution's shared keywords).
+RARITY_PSEUDO_DOCS = 20
 COMPLETE_MIN_CHARS = 4
 #: The weight of a completion, times the share of the longer term that the shorter one covers.
 COMPLETE_WEIGHT = 0.5

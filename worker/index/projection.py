@@ -17,19 +17,20 @@ from collections import Counter
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Protocol
 
 import msgpack
 import numpy as np
+from redis import Redis
 
+from producer.keys import Keys
+from worker.index.changelog import read_change, stream_pos
 from worker.index.lexical import LexicalIndex, analyze
 from worker.index.vector import IndexCorrupt, VectorIndex
-from worker.store.notes import read_change, stream_pos
+from worker.settings import WorkerSettings
 
 if TYPE_CHECKING:
     from redis.client import Pipeline
-
-    from worker.context import WorkerContext
 
 log = logging.getLogger(__name__)
 
@@ -39,6 +40,33 @@ REBUILD_CHUNK = 1_000  #: notes fetched per round trip when rebuilding
 
 #: (position, change-log entries after it) as XRANGE returned them
 Prefetched = tuple[str, list[tuple[bytes, dict[bytes, bytes]]]]
+
+
+class Named(Protocol):
+    """What a projection needs of the embedder: the name its vectors carry, and their width."""
+
+    @property
+    def name(self) -> str: ...
+
+    @property
+    def dim(self) -> int: ...
+
+
+class Source(Protocol):
+    """Where a projection comes from: the data Redis, its keys, the settings and the embedder's
+    name and width (a WorkerContext is one; nothing in index/ knows the context)."""
+
+    @property
+    def redis(self) -> Redis: ...
+
+    @property
+    def keys(self) -> Keys: ...
+
+    @property
+    def settings(self) -> WorkerSettings: ...
+
+    @property
+    def embedder(self) -> Named: ...
 
 
 class Projection:
@@ -84,12 +112,12 @@ class Projection:
             self.lexical.remove(seq)
 
 
-def snapshot_path(ctx: WorkerContext, ns: str) -> Path:
+def snapshot_path(ctx: Source, ns: str) -> Path:
     digest = hashlib.sha1(f"{ctx.keys.prefix}/{ns}".encode()).hexdigest()[:20]
     return ctx.settings.index_dir / f"{digest}.faiss"
 
 
-def open_projection(ctx: WorkerContext, ns: str) -> Projection:
+def open_projection(ctx: Source, ns: str) -> Projection:
     """Load the namespace's snapshot and catch up, or rebuild it from Redis."""
     proj = _load_snapshot(ctx, ns)
     if proj is None:
@@ -99,11 +127,11 @@ def open_projection(ctx: WorkerContext, ns: str) -> Projection:
     return proj
 
 
-def _new_lexical(ctx: WorkerContext) -> LexicalIndex:
+def _new_lexical(ctx: Source) -> LexicalIndex:
     return LexicalIndex(ctx.settings.bm25_k1, ctx.settings.bm25_b)
 
 
-def _new_index(ctx: WorkerContext) -> VectorIndex:
+def _new_index(ctx: Source) -> VectorIndex:
     s = ctx.settings
     return VectorIndex(
         ctx.embedder.dim,
@@ -116,7 +144,7 @@ def _new_index(ctx: WorkerContext) -> VectorIndex:
     )
 
 
-def rebuild(ctx: WorkerContext, proj: Projection) -> None:
+def rebuild(ctx: Source, proj: Projection) -> None:
     """Rebuild from the namespace's active notes; the change log then covers later writes."""
     started = time.perf_counter()
     r, keys, ns = ctx.redis, ctx.keys, proj.ns
@@ -138,7 +166,7 @@ def rebuild(ctx: WorkerContext, proj: Projection) -> None:
     )
 
 
-def _add_from_notes(ctx: WorkerContext, proj: Projection, members: list[tuple[str, int]]) -> None:
+def _add_from_notes(ctx: Source, proj: Projection, members: list[tuple[str, int]]) -> None:
     """Add the active notes among ``members``; a note whose vector comes from another embedder
     is left out (and dropped if present), so one index never mixes two models' vectors."""
     fields = ["vec", "keywords", "status", "seq", "content", "embedder"]
@@ -172,7 +200,7 @@ def _add_from_notes(ctx: WorkerContext, proj: Projection, members: list[tuple[st
         )
 
 
-def catch_up(ctx: WorkerContext, proj: Projection, prefetched: Prefetched | None = None) -> int:
+def catch_up(ctx: Source, proj: Projection, prefetched: Prefetched | None = None) -> int:
     """Apply change-log entries after ``proj.position``; rebuild if some were trimmed away.
 
     ``prefetched`` is (position, entries) as a caller read them after that position (see
@@ -198,7 +226,7 @@ def catch_up(ctx: WorkerContext, proj: Projection, prefetched: Prefetched | None
             return applied
 
 
-def read_after(pipe: Pipeline, ctx: WorkerContext, proj: Projection) -> str:
+def read_after(pipe: Pipeline, ctx: Source, proj: Projection) -> str:
     """Queue the read of the change-log entries after the projection's position on ``pipe``
     and return that position: (position, the read's result) is ``catch_up``'s ``prefetched``."""
     position = proj.position
@@ -206,13 +234,13 @@ def read_after(pipe: Pipeline, ctx: WorkerContext, proj: Projection) -> str:
     return position
 
 
-def _trimmed_past(ctx: WorkerContext, proj: Projection) -> bool:
+def _trimmed_past(ctx: Source, proj: Projection) -> bool:
     first = ctx.redis.xrange(ctx.keys.changes(proj.ns), count=1)
     return bool(first) and stream_pos(first[0][0]) > stream_pos(proj.position)
 
 
 def _apply_entries(
-    ctx: WorkerContext, proj: Projection, entries: list[tuple[bytes, dict[bytes, bytes]]]
+    ctx: Source, proj: Projection, entries: list[tuple[bytes, dict[bytes, bytes]]]
 ) -> None:
     adds: dict[int, str] = {}
     removes: list[int] = []
@@ -240,7 +268,7 @@ def _locked(path: Path, *, shared: bool) -> Iterator[None]:
         yield
 
 
-def save_snapshot(ctx: WorkerContext, proj: Projection) -> Path:
+def save_snapshot(ctx: Source, proj: Projection) -> Path:
     """Write the projection to ``index_dir`` (atomically) so a restart only catches up."""
     path = snapshot_path(ctx, proj.ns)
     side = {
@@ -261,7 +289,7 @@ def save_snapshot(ctx: WorkerContext, proj: Projection) -> Path:
     return path
 
 
-def _load_snapshot(ctx: WorkerContext, ns: str) -> Projection | None:
+def _load_snapshot(ctx: Source, ns: str) -> Projection | None:
     path = snapshot_path(ctx, ns)
     meta = path.with_suffix(".meta")
     if not meta.exists():  # never saved: no lock file either (a search of an unknown namespace)

@@ -16,9 +16,10 @@ from producer.protocol import StoreJob
 from worker.context import WorkerContext
 from worker.intake import construction
 from worker.organise import judge as llm_judge
-from worker.organise.linking import Link, Step
+from worker.organise.linking import Step
 from worker.store import degree, notes
 from worker.store.lease import Lease
+from worker.store.notes import Link
 from worker.text import derive_tags
 
 DEFAULT_IMPORTANCE = 0.5  #: importance of a note whose caller gave none
@@ -121,7 +122,7 @@ def commit(
                 before=notes.public_view(p.existing) if p.existing else None,
                 after=after,
             )
-        pipe.hincrby(keys.stats(ns), "links", added - undirected(set(old_links), old_links))
+        pipe.hincrby(keys.stats(ns), "links", added - notes.undirected(set(old_links), old_links))
         pipe.hset(keys.stats(ns), "last_ingest", time.time())
         fresh = [p.job for p in todo if p.existing is None and p.parent is None]
         if fresh:
@@ -146,11 +147,3 @@ def _links_by_note(links: list[Link], ids: list[str]) -> dict[str, dict[str, lis
 def vec_of(p: Pending) -> npt.NDArray[np.float32]:
     assert p.vec is not None, "every pending note has a vector by now"
     return p.vec.astype(np.float32, copy=False)
-
-
-def undirected(removed: set[str], neighbours: dict[str, dict[str, float]]) -> int:
-    """Links removed, counting a link between two removed notes once."""
-    total = 0
-    for nid, nbs in neighbours.items():
-        total += sum(1 for nb in nbs if nb not in removed or nb > nid)
-    return total

@@ -35,6 +35,7 @@ from producer.protocol import (
 )
 from worker import metrics, tracing
 from worker.context import WorkerContext
+from worker.index.changelog import stream_pos
 from worker.intake import restore
 from worker.intake.deadletter import ORIGIN_FIELD
 from worker.intake.dispatch import GROUP, kick
@@ -304,7 +305,7 @@ def origin(raw_id: bytes, fields: dict[bytes, bytes]) -> str:
     first = fields.get(ORIGIN_FIELD.encode())
     try:
         claimed = first.decode() if first is not None else own
-        return claimed if notes.stream_pos(claimed) < notes.stream_pos(own) else own
+        return claimed if stream_pos(claimed) < stream_pos(own) else own
     except (UnicodeDecodeError, ValueError):
         return own
 

@@ -8,9 +8,9 @@ from collections.abc import Callable
 from typing import Any
 
 from worker.context import WorkerContext
+from worker.index.changelog import stream_pos
 from worker.intake.drain import drain_shard
 from worker.store.bulk import BulkPipeline
-from worker.store.notes import stream_pos
 
 
 class NotFresh(Exception):

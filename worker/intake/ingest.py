@@ -23,16 +23,16 @@ import numpy.typing as npt
 
 from producer.protocol import DeleteJob, RestoreJob, StoreJob
 from worker.context import WorkerContext
-from worker.index.lexical import analyze, stem, terms_of
+from worker.index.lexical import RARITY_PSEUDO_DOCS, analyze, stem, terms_of
 from worker.index.projection import CATCH_UP_CHUNK, Prefetched, Projection, catch_up
 from worker.intake import construction, restore
 from worker.intake.commit import Pending, commit, step_of, vec_of
+from worker.intake.deletes import delete_jobs
 from worker.models.vector_cache import embed_cached
 from worker.organise import judge as llm_judge
 from worker.organise import supersession
 from worker.organise.linking import (
     Candidate,
-    Link,
     Step,
     batch_candidates,
     dedupe_links,
@@ -42,17 +42,15 @@ from worker.organise.linking import (
 from worker.store import bulk, notes
 from worker.store.bulk import BulkPipeline
 from worker.store.lease import Lease
-from worker.store.tombstone import delete_jobs, tombstone_notes
-from worker.text import tokenize
+from worker.store.notes import Link
+from worker.store.tombstone import tombstone_notes
+from worker.text import lead_sentence, tokenize
 
 log = logging.getLogger(__name__)
 
 Job = StoreJob | DeleteJob | RestoreJob
 Entry = tuple[str, Job]  #: (inbox entry id, job)
 PART_OF_WEIGHT = 1.0  #: weight of the link from an atomic note to its source
-#: A young namespace judges keyword rarity as if it held this many more unrelated notes, so its
-#: first notes can link on a shared keyword.
-RARITY_PSEUDO_DOCS = 20
 
 
 def handle_jobs(ctx: WorkerContext, ns: str, entries: Sequence[Entry]) -> None:
@@ -254,7 +252,9 @@ def _construct(
     for p in todo:
         if p.existing is not None and not _content_changed(p):
             p.keywords = list(p.existing.get("keywords", []))
-            p.context = p.existing.get("context") or construction.lead_context(p.job.content)
+            p.context = p.existing.get("context") or lead_sentence(
+                p.job.content, construction.CONTEXT_MAX_CHARS
+            )
     tokens = [tokenize(p.job.content) for p in changed]
     built = construction.construct(ctx, proj.ns, [p.job for p in changed], tokens)
     ids = {p.job.id for p in todo}

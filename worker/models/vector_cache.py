@@ -11,19 +11,37 @@ from __future__ import annotations
 
 import hashlib
 from collections.abc import Sequence
-from typing import TYPE_CHECKING
+from typing import Protocol
 
 import numpy as np
 import numpy.typing as npt
 from redis import Redis
 
-if TYPE_CHECKING:
-    from worker.context import WorkerContext
+from producer.keys import Keys
+from worker.models.hashing import Embedder
+from worker.settings import WorkerSettings
 
 Vector = npt.NDArray[np.float32]
 
 
-def embed_cached(ctx: WorkerContext, texts: Sequence[str]) -> Vector:
+class Holder(Protocol):
+    """What the cache needs: the data Redis, its keys, the settings and the embedder (a
+    WorkerContext is one)."""
+
+    @property
+    def redis(self) -> Redis: ...
+
+    @property
+    def keys(self) -> Keys: ...
+
+    @property
+    def settings(self) -> WorkerSettings: ...
+
+    @property
+    def embedder(self) -> Embedder: ...
+
+
+def embed_cached(ctx: Holder, texts: Sequence[str]) -> Vector:
     """Embed ``texts`` with ``ctx.embedder``, calling it once for the distinct texts the cache
     lacks (not at all when every text is cached), and caching what it returns."""
     ttl_s = ctx.settings.vector_cache_ttl_for

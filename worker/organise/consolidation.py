@@ -30,7 +30,6 @@ from __future__ import annotations
 import hashlib
 import itertools
 import logging
-import re
 import time
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
@@ -40,14 +39,13 @@ from pydantic import BaseModel, Field
 from redis.client import Pipeline
 
 from worker.context import WorkerContext
-from worker.intake.construction import lead_context
 from worker.models.vector_cache import embed_cached
 from worker.organise import llm
-from worker.organise.linking import Link
 from worker.store import notes
 from worker.store.graph import Graph, read_graph
 from worker.store.lease import Lease
-from worker.text import derive_tags, extract_keywords
+from worker.store.notes import Link
+from worker.text import SENTENCE_END, derive_tags, extract_keywords, lead_sentence
 
 log = logging.getLogger(__name__)
 
@@ -59,7 +57,6 @@ PROMPT_NOTE_CHARS = 500  #: each member's content is cut to this in an LLM promp
 INSIGHT_LINK_WEIGHT = 0.5  #: weight of an abstracted_from link
 INSIGHT_TAG = "insight"  #: tag every insight carries
 MAX_INSIGHTS_PER_RUN = 20  #: insights one namespace run writes; the rest wait for the next run
-SENTENCE_END = re.compile(r"(?<=[.!?])\s+")
 FIELDS = ("kind", "content", "importance", "superseded_by")
 #: Link reasons that record structure rather than shared subject; they never bind a cluster.
 STRUCTURAL_REASONS = frozenset(
@@ -399,7 +396,7 @@ def _write(
         "kind": "insight",
         "keywords": keywords,
         "tags": derive_tags(keywords[:4], [INSIGHT_TAG], max_chars=ctx.settings.max_tag_chars),
-        "context": lead_context(draft.content),
+        "context": lead_sentence(draft.content),
         "metadata": {"abstracted_from": list(members), "summary": draft.source},
         "agent": None,
         "created_at": old.get("created_at", now),

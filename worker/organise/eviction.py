@@ -12,7 +12,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from worker.context import WorkerContext
-from worker.search.ranking import recency
+from worker.organise.decay import recency
 from worker.store import notes
 from worker.store.lease import Lease
 from worker.store.tombstone import tombstone_notes

@@ -50,9 +50,8 @@ from producer.errors import InvalidInput
 from producer.proposals import decode_value
 from producer.protocol import link_weight
 from worker.context import WorkerContext
-from worker.index.lexical import stem
+from worker.index.lexical import RARITY_PSEUDO_DOCS, stem
 from worker.index.projection import catch_up
-from worker.intake.ingest import RARITY_PSEUDO_DOCS
 from worker.organise import llm
 from worker.organise.consolidation import STRUCTURAL_REASONS
 from worker.organise.proposals import SNAPSHOT, Draft, Raw, commit_drafts, expire_settled

@@ -32,7 +32,7 @@ import numpy as np
 import numpy.typing as npt
 
 from worker.context import WorkerContext
-from worker.search.ranking import recency
+from worker.organise.decay import recency
 from worker.store import notes
 from worker.store.graph import Graph, read_graph
 from worker.store.lease import Lease

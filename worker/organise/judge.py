@@ -41,15 +41,15 @@ from redis.client import Pipeline
 from producer.protocol import link_meta, link_weight
 from worker.context import WorkerContext
 from worker.organise import llm
-from worker.organise.linking import SEQUENCE, Candidate, Link, dedupe_links
+from worker.organise.linking import SEQUENCE, Candidate, dedupe_links
 from worker.settings import WorkerSettings
 from worker.store import degree, notes
 from worker.store.lease import Lease
+from worker.store.notes import Link
 
 log = logging.getLogger(__name__)
 
 MAX_NOTES_PER_RUN = 256  #: queued notes one namespace run judges; the rest wait for the next
-MAX_NAMESPACES_PER_RUN = 20  #: namespaces judge_all visits per run
 #: Queue entries kept per namespace; past it the oldest are dropped unjudged (those notes keep
 #: the heuristic's links), so a judge that never runs cannot grow Redis without bound.
 MAX_QUEUED = 100_000
@@ -178,19 +178,6 @@ def judge_namespace(ctx: WorkerContext, ns: str) -> int:
         (time.perf_counter() - started) * 1000,
     )
     return done
-
-
-def judge_all(ctx: WorkerContext) -> int:
-    """Judge the queued notes of the namespaces that have some (at most
-    MAX_NAMESPACES_PER_RUN, longest queue first); return how many notes were judged."""
-    names = sorted(m.decode() for m in ctx.redis.smembers(ctx.keys.namespaces()))
-    pipe = ctx.redis.pipeline(transaction=False)
-    for ns in names:
-        pipe.llen(ctx.keys.judge(ns))
-    due = sorted(
-        ((-int(n), ns) for ns, n in zip(names, pipe.execute(), strict=True) if n),
-    )[:MAX_NAMESPACES_PER_RUN]
-    return sum(judge_namespace(ctx, ns) for _, ns in due)
 
 
 def _due(ctx: WorkerContext, raw: list[bytes]) -> list[bytes]:

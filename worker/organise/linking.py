@@ -8,18 +8,20 @@ Pairs inside one batch are judged too.
 
 Every link carries a relation label (RELATIONS for judged links; "sequence" for Folgezettel
 links) and its source: the rule that made it ("rule:similarity", "rule:sequence") or the model
-that judged it ("model:<name>"). ``cap_degree`` keeps every note at most ``max_degree`` links by
-dropping the weakest.
+that judged it ("model:<name>"). ``store.degree.cap_degree`` keeps every note at most
+``max_degree`` links by dropping the weakest.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import NamedTuple
 
 import numpy as np
 import numpy.typing as npt
+
+from worker.store.notes import Link
 
 STRONG_MARGIN = 0.15  #: cosine above threshold + this links without a shared keyword
 #: Relation labels a judged link may carry: "related" is what the heuristic judge says; the LLM
@@ -37,17 +39,6 @@ class Candidate(NamedTuple):
     note_id: str
     similarity: float
     keywords: frozenset[str]
-
-
-class Link(NamedTuple):
-    """A proposed undirected link ``a`` - ``b``; an empty ``source`` is the writer's default."""
-
-    a: str
-    b: str
-    weight: float
-    reason: str
-    label: str = "related"
-    source: str = ""
 
 
 def judge(
@@ -159,37 +150,3 @@ def sequence_links(
             )
         previous = step
     return links
-
-
-def cap_degree(
-    existing: Mapping[str, Mapping[str, float]], new: Sequence[Link], max_degree: int
-) -> tuple[list[Link], list[tuple[str, str, float]]]:
-    """Keep every note at most ``max_degree`` links (0 = no cap) once ``new`` is added.
-
-    ``existing`` holds the current links (neighbour -> weight) of every note a new link
-    touches. While a note is over the cap its weakest link (ties: the smaller neighbour id) is
-    dropped, from both sides. Returns the new links that survive and the existing links
-    (a, b, weight) to drop."""
-    adj = {nid: dict(nbs) for nid, nbs in existing.items()}
-    for link in new:
-        adj.setdefault(link.a, {})[link.b] = link.weight
-        adj.setdefault(link.b, {})[link.a] = link.weight
-    if max_degree <= 0:
-        return list(new), []
-    dropped: set[tuple[str, str]] = set()
-    # Dropping only shrinks notes: those under the cap now stay under it.
-    for nid in sorted(nid for nid, nbs in adj.items() if len(nbs) > max_degree):
-        nbs = adj[nid]
-        while len(nbs) > max_degree:
-            weakest = min(nbs, key=lambda nb: (nbs[nb], nb))
-            del nbs[weakest]
-            adj.get(weakest, {}).pop(nid, None)
-            dropped.add((nid, weakest) if nid < weakest else (weakest, nid))
-    kept = [link for link in new if _pair(link) not in dropped]
-    gone = [(a, b, existing[a][b]) for a, b in sorted(dropped) if b in existing.get(a, {})]
-    gone += [(a, b, existing[b][a]) for a, b in sorted(dropped) if a in existing.get(b, {})]
-    return kept, list({(a, b): (a, b, w) for a, b, w in gone}.values())
-
-
-def _pair(link: Link) -> tuple[str, str]:
-    return (link.a, link.b) if link.a < link.b else (link.b, link.a)

@@ -16,9 +16,9 @@ import numpy as np
 
 from worker.context import WorkerContext
 from worker.index.projection import catch_up
-from worker.search import candidates
+from worker.store.notes import decode_fields
 
-#: What both jobs read about a note (decoded with candidates.decode).
+#: What both jobs read about a note (decoded with notes.decode_fields).
 FIELDS = (
     "status",
     "kind",
@@ -73,7 +73,7 @@ def read_texts(ctx: WorkerContext, ns: str, ids: Iterable[str]) -> dict[str, Tex
     out: dict[str, Text] = {}
     for nid, raw in zip(ids, pipe.execute(), strict=True):
         if raw[0] is not None:
-            out[nid] = to_text(nid, candidates.decode(list(FIELDS), raw))
+            out[nid] = to_text(nid, decode_fields(list(FIELDS), raw))
     return out
 
 

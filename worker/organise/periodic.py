@@ -36,7 +36,6 @@ from redis.exceptions import TimeoutError as RedisTimeoutError
 from producer.protocol import JobRun
 from worker import metrics
 from worker.context import WorkerContext
-from worker.intake.freshness import wait_fresh
 from worker.models.hashing import EmbedderUnavailable
 from worker.organise import audit as audit_log
 from worker.organise import consolidation, eviction, evolution, importance, merge, supersession
@@ -219,26 +218,3 @@ def last_runs(ctx: WorkerContext) -> dict[str, PeriodicRun]:
     """The last beat run of each periodic job (and of the snapshots), by job name."""
     raw = ctx.redis.hgetall(ctx.keys.runs())
     return {k.decode(): PeriodicRun.model_validate_json(v) for k, v in sorted(raw.items())}
-
-
-def organise(
-    ctx: WorkerContext, ns: str, jobs: Sequence[str] | None, deadline: float
-) -> list[JobRun]:
-    """Organise what is queued for ``ns`` (before ``deadline``), then run every job, or those
-    named in ``jobs``, over it in JOBS order; return their runs."""
-    unknown = sorted(set(jobs or ()) - set(JOBS))
-    if unknown:
-        raise UnknownJob(f"unknown jobs {unknown}; this worker runs {list(JOBS)}")
-    wait_fresh(ctx, [ns], deadline)
-    runs = []
-    for job in JOBS:
-        if jobs is not None and job not in jobs:
-            continue
-        try:
-            runs.append(run_job(ctx, job, ns))
-        except (RedisConnectionError, RedisTimeoutError):
-            raise
-        except Exception as exc:
-            log.exception("job=%s ns=%s failed", job, ns)
-            raise JobError(f"job {job} failed on {ns}: {exc!r}") from exc
-    return runs

@@ -20,6 +20,7 @@ import numpy.typing as npt
 
 from producer import validation
 from worker.context import WorkerContext
+from worker.index import changelog
 from worker.index.projection import catch_up
 from worker.models.vector_cache import embed_cached
 from worker.store import notes
@@ -113,5 +114,5 @@ def _commit(
             after={"embedder": name},
         )
     items = [(int(row[3] or 0), nid) for nid, row, _ in keep]
-    notes.log_change(pipe, keys, ns, "add", items, ctx.settings.changelog_max)
+    changelog.log_change(pipe, keys, ns, "add", items, ctx.settings.changelog_max)
     pipe.execute()

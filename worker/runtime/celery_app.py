@@ -1,4 +1,5 @@
-"""The Celery app: configuration from WorkerSettings, queues, beat schedule, process hooks.
+"""The Celery app: configuration from WorkerSettings, queues and beat schedule (the process hooks
+are in worker/runtime/process.py, the tasks in worker/runtime/tasks.py).
 
 Queues: ``<prefix>.ingest`` carries drain tasks, ``<prefix>.maint`` the periodic ones (prefix =
 ZQ_KEY_PREFIX, so deployments sharing a broker never run each other's tasks). Notes never travel
@@ -16,28 +17,14 @@ worker.runtime.beat).
 
 from __future__ import annotations
 
-import logging
 import os
-from typing import Any
 
-from celery import Celery, signals
+from celery import Celery
 from kombu import Queue
-from redis import Redis
 
-from producer.core import redis_kwargs
 from producer.keys import Keys
-from worker import metrics, tracing
-from worker.context import WorkerContext
-from worker.intake.dispatch import Dispatcher
-from worker.runtime import redis_config
-from worker.runtime.heartbeat import ProcessHeartbeat
-from worker.runtime.organiser import OrganiseServer
 from worker.runtime.schedule import build_beat_schedule
-from worker.runtime.servers import SearchServer
-from worker.runtime.snapshotter import Snapshotter
 from worker.settings import WorkerSettings, warn_unknown_variables
-
-log = logging.getLogger(__name__)
 
 settings = WorkerSettings()
 warn_unknown_variables(os.environ)
@@ -45,7 +32,9 @@ warn_unknown_variables(os.environ)
 INGEST_QUEUE = f"{settings.key_prefix}.ingest"  #: drain tasks
 MAINT_QUEUE = f"{settings.key_prefix}.maint"  #: periodic and on-demand maintenance
 
-app = Celery("zettelq", broker=settings.broker, include=["worker.runtime.tasks"])
+app = Celery(
+    "zettelq", broker=settings.broker, include=["worker.runtime.tasks", "worker.runtime.process"]
+)
 app.conf.update(
     task_default_queue=MAINT_QUEUE,
     task_queues=(Queue(INGEST_QUEUE), Queue(MAINT_QUEUE)),
@@ -64,57 +53,7 @@ app.conf.update(
     worker_hijack_root_logger=True,
 )
 
-_state: dict[str, Any] = {}
 
-
-def get_context() -> WorkerContext:
-    """This process's WorkerContext, built on first use."""
-    ctx = _state.get("ctx")
-    if ctx is None:
-        ctx = _state["ctx"] = WorkerContext.build(settings)
-    return ctx
-
-
-def _start_servers() -> None:
-    if settings.serve_search:
-        _state["server"] = SearchServer(get_context(), settings.search_threads).start()
-    _state["organiser"] = OrganiseServer(get_context()).start()
-    _state["snapshotter"] = Snapshotter(get_context()).start()
-
-
-@signals.worker_process_init.connect
-def _on_pool_process(**_: object) -> None:
-    _state.clear()
-    tracing.instrument(settings)
-    _start_servers()
-
-
-@signals.worker_ready.connect
-def _on_worker_ready(sender: Any = None, **_: object) -> None:
-    from worker.runtime.tasks import send_drain
-
-    with Redis.from_url(settings.redis_url, **redis_kwargs(settings)) as r:
-        try:
-            redis_config.check_at_start(r)
-        except redis_config.UnsupportedRedis as exc:
-            log.critical("%s", exc)
-            raise SystemExit(1) from exc
-    _state["heartbeat"] = ProcessHeartbeat(settings, "worker").start()
-    _state["dispatcher"] = Dispatcher(settings, send_drain).start()
-    metrics.serve(settings)
-    if app.conf.worker_pool != "prefork":
-        tracing.instrument(settings)
-        _start_servers()
-    log.info("zettelq worker ready: shards=%d", settings.shard_count)
-
-
-@signals.worker_process_shutdown.connect
-def _on_pool_process_exit(pid: int | None = None, **_: object) -> None:
-    metrics.mark_dead(pid or os.getpid())
-
-
-@signals.worker_shutdown.connect
-def _on_shutdown(**_: object) -> None:
-    for name in ("heartbeat", "dispatcher", "server", "organiser", "snapshotter"):
-        if name in _state:
-            _state.pop(name).stop()
+def send_drain(shard: int) -> None:
+    """Queue a drain of ``shard`` (by task name, so the app needs no import of its tasks)."""
+    app.send_task("zq.drain", (shard,), queue=INGEST_QUEUE)

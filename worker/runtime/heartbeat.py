@@ -29,6 +29,7 @@ from producer.core import redis_kwargs
 from producer.keys import Keys
 from producer.settings import ProducerSettings
 from worker import daemon
+from worker.context import new_consumer
 from worker.daemon import Daemon
 
 log = logging.getLogger(__name__)
@@ -37,11 +38,6 @@ HEARTBEAT_S = 1.0  #: how often a process renews its heartbeat
 LIVE_S = 5.0  #: the heartbeat's TTL: a process silent this long counts as gone
 PRUNE_AFTER_S = 60.0  #: index entries whose hash lapsed this long ago are dropped
 ROLES = ("worker", "searcher", "beat")  #: the kinds of process that beat
-
-
-def new_consumer() -> str:
-    """A name for this process that no other process has: ``<host>-<pid>-<random hex>``."""
-    return f"{socket.gethostname()}-{os.getpid()}-{os.urandom(3).hex()}"
 
 
 def zettelq_version() -> str:

@@ -1,5 +1,5 @@
 """Serving organise() requests: a thread per worker process BRPOPs OrganiseJobs and runs every
-periodic job for the namespace (see worker.organise.periodic.organise), replying with the runs.
+periodic job for the namespace (``organise``), replying with the runs.
 
 It runs beside the search threads, not on them, so a long organise never delays a search.
 """
@@ -8,16 +8,18 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 
 from redis import Redis
+from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import RedisError
+from redis.exceptions import TimeoutError as RedisTimeoutError
 
 from producer import validation
 from producer.errors import InvalidInput, ProtocolError
-from producer.protocol import OrganiseJob, Reply, unpack
+from producer.protocol import JobRun, OrganiseJob, Reply, unpack
 from worker.context import WorkerContext
-from worker.intake.freshness import NotFresh
+from worker.intake.freshness import NotFresh, wait_fresh
 from worker.intake.signing import SignatureRejected, check_signature
 from worker.organise import periodic
 from worker.runtime.servers import POLL_S, JobServer, execute_reply, is_key_error, send_reply
@@ -56,7 +58,7 @@ def handle(ctx: WorkerContext, job: OrganiseJob, payload: bytes) -> Reply | None
         validation.check_job_names(job.jobs)
         check_deadline(job.deadline, time.time())
         check_signature(ctx.settings, payload, [job.namespace])
-        runs = periodic.organise(ctx, job.namespace, job.jobs, deadline)
+        runs = organise(ctx, job.namespace, job.jobs, deadline)
     except SignatureRejected as exc:
         log.warning("refused organise job_id=%s: %s", job.job_id, exc)
         return Reply(job_id=job.job_id, ok=False, error=f"refused: {exc}")
@@ -71,6 +73,29 @@ def handle(ctx: WorkerContext, job: OrganiseJob, payload: bytes) -> Reply | None
         log.exception("organise job_id=%s failed", job.job_id)
         return Reply(job_id=job.job_id, ok=False, error=f"worker error: {exc!r}")
     return Reply(job_id=job.job_id, runs=runs)
+
+
+def organise(
+    ctx: WorkerContext, ns: str, jobs: Sequence[str] | None, deadline: float
+) -> list[JobRun]:
+    """Organise what is queued for ``ns`` (before ``deadline``), then run every job, or those
+    named in ``jobs``, over it in periodic.JOBS order; return their runs."""
+    unknown = sorted(set(jobs or ()) - set(periodic.JOBS))
+    if unknown:
+        raise periodic.UnknownJob(f"unknown jobs {unknown}; this worker runs {list(periodic.JOBS)}")
+    wait_fresh(ctx, [ns], deadline)
+    runs = []
+    for job in periodic.JOBS:
+        if jobs is not None and job not in jobs:
+            continue
+        try:
+            runs.append(periodic.run_job(ctx, job, ns))
+        except (RedisConnectionError, RedisTimeoutError):
+            raise
+        except Exception as exc:
+            log.exception("job=%s ns=%s failed", job, ns)
+            raise periodic.JobError(f"job {job} failed on {ns}: {exc!r}") from exc
+    return runs
 
 
 class OrganiseServer(JobServer):

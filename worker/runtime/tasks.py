@@ -5,7 +5,8 @@ from __future__ import annotations
 from worker.intake import drain as drain_stage
 from worker.organise import periodic, reembed
 from worker.organise.periodic import TRANSIENT
-from worker.runtime.celery_app import INGEST_QUEUE, MAINT_QUEUE, app, get_context
+from worker.runtime.celery_app import MAINT_QUEUE, app, send_drain
+from worker.runtime.process import get_context
 
 
 @app.task(
@@ -47,7 +48,3 @@ def reembed_namespace(namespace: str) -> int:
 
 def send_reembed(namespace: str) -> None:
     reembed_namespace.apply_async((namespace,), queue=MAINT_QUEUE)
-
-
-def send_drain(shard: int) -> None:
-    drain.apply_async((shard,), queue=INGEST_QUEUE)

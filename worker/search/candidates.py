@@ -8,14 +8,14 @@ from collections.abc import Callable, Collection, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-import msgpack
 import numpy as np
 import numpy.typing as npt
 
-from producer.protocol import PACKED_FIELDS, Hit, link_label, link_weights
+from producer.protocol import Hit, link_label, link_weights
 from worker.context import WorkerContext
 from worker.search import ranking
 from worker.store.bulk import BulkPipeline, fields
+from worker.store.notes import decode_fields
 
 #: Fields every candidate needs to be ranked (small: no content, no vector).
 RANK_FIELDS = ("status", "importance", "last_access", "created_at", "valid_to")
@@ -93,7 +93,7 @@ def queue_rank_fields(
         out = []
         for c, raw in zip(cands, replies[start : start + len(cands)], strict=True):
             if raw[0] == b"active":
-                c.fields.update(decode(names, raw))
+                c.fields.update(decode_fields(names, raw))
                 out.append(c)
         return out
 
@@ -142,7 +142,7 @@ def queue_hit_fields(
 
     def decoder(replies: list[Any]) -> None:
         for c, raw in zip(bare, replies[start : start + len(bare)], strict=True):
-            c.fields.update(decode(list(HIT_FIELDS[:-1]), raw[:-1]))
+            c.fields.update(decode_fields(list(HIT_FIELDS[:-1]), raw[:-1]))
             if raw[-1] is not None and c.fields.get("embedder") == embedder:
                 c.vec = np.frombuffer(raw[-1], dtype=np.float32)
                 c.similarity = float(c.vec @ qvec[0])
@@ -160,14 +160,6 @@ def load_hit_fields(
     decoder = queue_hit_fields(pipe, ctx, cands, qvec, embedder)
     if len(pipe):
         decoder(pipe.execute())
-
-
-def decode(names: list[str], raw: list[bytes | None]) -> dict[str, Any]:
-    out: dict[str, Any] = {}
-    for name, value in zip(names, raw, strict=True):
-        if value is not None:
-            out[name] = msgpack.unpackb(value) if name in PACKED_FIELDS else value.decode()
-    return out
 
 
 def passes(c: Cand, filters: dict[str, Any]) -> bool:

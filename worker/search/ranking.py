@@ -19,6 +19,8 @@ from typing import NamedTuple
 import numpy as np
 import numpy.typing as npt
 
+from worker.organise.decay import recency
+
 BOOST_SCALE = 0.1  #: how much a well-linked note gains
 MAX_BOOST = 1.5  #: the most a note's links can multiply its score by
 BACKFILL_SHARE = 0.5  #: a backfilled note's relevance: at most this share of the weakest fused one
@@ -122,12 +124,6 @@ def mmr(
         left[pick] = False
         closest = np.maximum(closest, vecs @ vecs[pick])
     return chosen
-
-
-def recency(now: float, last_access: float, created_at: float, half_life_s: float) -> float:
-    """1.0 for a note touched just now, 0.5 after one half-life, towards 0 after that."""
-    age = max(now - max(last_access, created_at), 0.0)
-    return math.pow(0.5, age / half_life_s)
 
 
 def connection_boost(links: Mapping[str, float], scale: float = BOOST_SCALE) -> float:

@@ -1,7 +1,7 @@
 """The degree cap (``max_degree``): no note keeps more links than that, so hub notes stay
 bounded. Before links are committed, ``plan_cap`` reads the link counts of the notes they
 touch (one script) and, for the notes that would go over the cap, their links with their
-metadata (one pipeline); ``linking.cap_degree`` decides which links go (the weakest, from both
+metadata (one pipeline); ``cap_degree`` decides which links go (the weakest, from both
 sides); ``apply_cap`` removes the existing ones in the caller's MULTI/EXEC with one ``unlink``
 audit entry each. Callers hold the namespace lock, so what was read is still true when they
 commit.
@@ -9,7 +9,7 @@ commit.
 
 from __future__ import annotations
 
-from collections.abc import Collection, Sequence
+from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -17,8 +17,8 @@ from redis.client import Pipeline
 
 from producer.protocol import link_meta, link_weights
 from worker.context import WorkerContext
-from worker.organise.linking import Link, cap_degree
 from worker.store import bulk, notes
+from worker.store.notes import Link
 
 DEGREE_CAP = "degree-cap"  #: audit source of a link dropped by the cap
 #: The link count of each key: one command for the thousands of notes a batch touches.
@@ -114,3 +114,37 @@ def apply_cap(pipe: Pipeline, ctx: WorkerContext, ns: str, capped: Capped, actor
     stats = ctx.keys.stats(ns)
     pipe.hincrby(stats, "links", -len(capped.dropped))
     pipe.hincrby(stats, "links_capped", len(capped.dropped) + capped.refused)
+
+
+def cap_degree(
+    existing: Mapping[str, Mapping[str, float]], new: Sequence[Link], max_degree: int
+) -> tuple[list[Link], list[tuple[str, str, float]]]:
+    """Keep every note at most ``max_degree`` links (0 = no cap) once ``new`` is added.
+
+    ``existing`` holds the current links (neighbour -> weight) of every note a new link
+    touches. While a note is over the cap its weakest link (ties: the smaller neighbour id) is
+    dropped, from both sides. Returns the new links that survive and the existing links
+    (a, b, weight) to drop."""
+    adj = {nid: dict(nbs) for nid, nbs in existing.items()}
+    for link in new:
+        adj.setdefault(link.a, {})[link.b] = link.weight
+        adj.setdefault(link.b, {})[link.a] = link.weight
+    if max_degree <= 0:
+        return list(new), []
+    dropped: set[tuple[str, str]] = set()
+    # Dropping only shrinks notes: those under the cap now stay under it.
+    for nid in sorted(nid for nid, nbs in adj.items() if len(nbs) > max_degree):
+        nbs = adj[nid]
+        while len(nbs) > max_degree:
+            weakest = min(nbs, key=lambda nb: (nbs[nb], nb))
+            del nbs[weakest]
+            adj.get(weakest, {}).pop(nid, None)
+            dropped.add((nid, weakest) if nid < weakest else (weakest, nid))
+    kept = [link for link in new if _pair(link) not in dropped]
+    gone = [(a, b, existing[a][b]) for a, b in sorted(dropped) if b in existing.get(a, {})]
+    gone += [(a, b, existing[b][a]) for a, b in sorted(dropped) if a in existing.get(b, {})]
+    return kept, list({(a, b): (a, b, w) for a, b, w in gone}.values())
+
+
+def _pair(link: Link) -> tuple[str, str]:
+    return (link.a, link.b) if link.a < link.b else (link.b, link.a)

@@ -9,7 +9,7 @@ from __future__ import annotations
 import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, NamedTuple
 
 import msgpack
 from redis import Redis
@@ -17,13 +17,24 @@ from redis.client import Pipeline
 
 from producer.keys import Keys
 from producer.protocol import PACKED_FIELDS, link_weights, pack_link
-from worker.organise.linking import Link
+from worker.index.changelog import log_change, stream_pos
 from worker.store.bulk import BulkPipeline, fields
 
 Fields = dict[bytes, bytes]  #: a note hash as HGETALL returns it
 #: Fields only a tombstone has: writing the note again (a re-store) drops them, so a merged id
 #: stored again is a note of its own, and deleting it later leaves no pointer to the survivor.
 TOMBSTONE_FIELDS = ("merged_into",)
+
+
+class Link(NamedTuple):
+    """A proposed undirected link ``a`` - ``b``; an empty ``source`` is the writer's default."""
+
+    a: str
+    b: str
+    weight: float
+    reason: str
+    label: str = "related"
+    source: str = ""
 
 
 @dataclass
@@ -59,6 +70,15 @@ def encode_fields(fields: Mapping[str, Any]) -> dict[str, bytes | str | int | fl
 
 def decode_field(key: str, raw: bytes) -> Any:
     return msgpack.unpackb(raw) if key in PACKED_FIELDS else raw.decode()
+
+
+def decode_fields(names: Sequence[str], raw: Sequence[bytes | None]) -> dict[str, Any]:
+    """The fields an HMGET of ``names`` returned, decoded; fields the note lacks are left out."""
+    out: dict[str, Any] = {}
+    for name, value in zip(names, raw, strict=True):
+        if value is not None:
+            out[name] = msgpack.unpackb(value) if name in PACKED_FIELDS else value.decode()
+    return out
 
 
 def read_notes(r: Redis, keys: Keys, ns: str, ids: Sequence[str]) -> dict[str, Fields]:
@@ -139,18 +159,12 @@ def write_notes(pipe: Pipeline, keys: Keys, ns: str, writes: Sequence[NoteWrite]
     log_change(pipe, keys, ns, "add", [(n.seq, n.id) for n in writes], cap)
 
 
-def log_change(
-    pipe: Pipeline, keys: Keys, ns: str, op: str, items: Sequence[tuple[int, str]], cap: int
-) -> None:
-    """One change-log entry: ``op`` (add | remove) applied to (seq, id) pairs."""
-    packed = msgpack.packb([list(item) for item in items], use_bin_type=True)
-    pipe.xadd(keys.changes(ns), {"op": op, "items": packed}, maxlen=cap, approximate=True)
-
-
-def read_change(fields: Mapping[bytes, bytes]) -> tuple[str, list[tuple[int, str]]]:
-    """Decode a change-log entry written by log_change."""
-    items = msgpack.unpackb(fields[b"items"], raw=False)
-    return fields[b"op"].decode(), [(int(seq), str(nid)) for seq, nid in items]
+def undirected(removed: set[str], neighbours: dict[str, dict[str, float]]) -> int:
+    """Links removed, counting a link between two removed notes once."""
+    total = 0
+    for nid, nbs in neighbours.items():
+        total += sum(1 for nb in nbs if nb not in removed or nb > nid)
+    return total
 
 
 def write_links(pipe: Pipeline, keys: Keys, ns: str, links: Iterable[Link], source: str) -> int:
@@ -262,10 +276,3 @@ def fence_deleted(pipe: Pipeline, keys: Keys, ns: str, fences: Mapping[str, str]
             keys.note(ns, note_id),
             mapping={"id": note_id, "status": "tombstoned", "src": entry_id},
         )
-
-
-def stream_pos(entry_id: str | bytes) -> tuple[int, int]:
-    """A Redis stream entry id as a comparable (milliseconds, sequence) pair."""
-    text = entry_id.decode() if isinstance(entry_id, bytes) else entry_id
-    ms, _, seq = text.partition("-")
-    return int(ms), int(seq or 0)

@@ -4,7 +4,9 @@ delete also records its inbox entry on the id, so an older job of that id is a n
 
 A delete erases: the tombstone keeps id, status, times and bookkeeping but none of
 ERASED_FIELDS, its audit entry names none of them, and the id is listed in ``Keys.erased`` so
-the periodic audit job removes its earlier audit entries (worker/organise/audit.py)."""
+the periodic audit job removes its earlier audit entries (worker/organise/audit.py). Which notes
+a batch's deletes reach (atomic notes with their source) is intake's call
+(worker/intake/deletes.py)."""
 
 from __future__ import annotations
 
@@ -12,42 +14,13 @@ import time
 
 from redis.client import Pipeline
 
-from producer.protocol import DeleteJob
 from worker.context import WorkerContext
 from worker.index.projection import Projection, catch_up
-from worker.intake import construction
-from worker.intake.commit import undirected
 from worker.store import notes
 from worker.store.lease import Lease
 
 #: what a delete erases from the note's hash and audit: what the note said and who said it
 ERASED_FIELDS = ("content", "keywords", "tags", "context", "metadata", "agent", "event_time")
-
-
-def delete_jobs(
-    ctx: WorkerContext, proj: Projection, lease: Lease, entries: list[tuple[str, DeleteJob]]
-) -> None:
-    """Apply a batch's delete jobs that are newer than what their ids reflect: tombstone the
-    active notes among them, with the atomic notes split off those that are source notes, and
-    record each delete's entry on its id (``notes.fence_deleted``)."""
-    ns = proj.ns
-    fences = {job.id: eid for eid, job in entries}  # in inbox order: the last delete of each id
-    existing = notes.read_notes(ctx.redis, ctx.keys, ns, list(fences))
-    fences = {nid: eid for nid, eid in fences.items() if not notes.reflects(existing.get(nid), eid)}
-    if not fences:
-        return
-    actors = {job.id: job.agent or "unknown" for _, job in entries}
-    sources = dict(fences)
-    victims = {nid: existing[nid] for nid in fences if _active(existing.get(nid))}
-    split = [nid for nid, f in victims.items() if f.get(b"kind") == b"source"]
-    for aid, (parent, fields) in construction.stored_atoms(ctx, ns, split, set(victims)).items():
-        victims[aid], actors[aid], sources[aid] = fields, actors[parent], sources[parent]
-        fences[aid] = fences[parent]
-    tombstone_notes(ctx, proj, lease, victims, "delete", actors, sources, fences)
-
-
-def _active(fields: notes.Fields | None) -> bool:
-    return fields is not None and fields.get(b"status") == b"active"
 
 
 def tombstone_notes(
@@ -115,4 +88,4 @@ def _tombstone(
             before=before,
             after={"status": "tombstoned"},
         )
-    pipe.hincrby(keys.stats(ns), "links", -undirected(set(existing), neighbours))
+    pipe.hincrby(keys.stats(ns), "links", -notes.undirected(set(existing), neighbours))
