@@ -17,8 +17,8 @@ from redis import Redis
 from producer.core import redis_kwargs
 from producer.keys import Keys
 from worker.index.projection import Projection, open_projection
+from worker.models.factory import build_embedder
 from worker.models.hashing import Embedder
-from worker.models.sentence_transformers import build_embedder
 from worker.settings import WorkerSettings
 
 log = logging.getLogger(__name__)

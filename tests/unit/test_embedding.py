@@ -12,7 +12,8 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from worker.models.hashing import Embedder, HashingEmbedder, load_embedder
+from worker.models.factory import load_embedder
+from worker.models.hashing import Embedder, HashingEmbedder
 
 ROOT = Path(__file__).resolve().parents[2]
 SAMPLE = "Deploy the auth service to production; rollback if the health check fails."

@@ -1,9 +1,10 @@
 """Text to vectors: the ``Embedder`` protocol and the offline ``HashingEmbedder`` (``hashing``),
 sentence-transformers models from a local directory (``sentence_transformers``), any
 OpenAI-compatible embeddings endpoint (``openai``, over ``openai_http``, which the chat client
-shares), ``build_embedder`` that picks one from the settings, and a Redis cache of vectors by text
+shares), ``factory`` that picks one from the settings, and a Redis cache of vectors by text
 (``vector_cache``). Model code is imported only when its embedder is chosen."""
 
+from worker.models.factory import build_embedder, load_embedder
 from worker.models.hashing import (
     Embedder,
     EmbedderUnavailable,
@@ -11,7 +12,6 @@ from worker.models.hashing import (
     EmbeddingRejected,
     HashingEmbedder,
 )
-from worker.models.sentence_transformers import build_embedder
 from worker.models.vector_cache import embed_cached
 
 __all__ = [
@@ -22,4 +22,5 @@ __all__ = [
     "HashingEmbedder",
     "build_embedder",
     "embed_cached",
+    "load_embedder",
 ]

@@ -1,4 +1,4 @@
-"""Text embedders: the `Embedder` protocol, the offline `HashingEmbedder` and `load_embedder`.
+"""Text embedders: the `Embedder` protocol, its errors and the offline `HashingEmbedder`.
 
 `HashingEmbedder` needs no model and no download. Each text becomes a bag of features, each
 hashed (feature hashing with a +/-1 sign) into one of `dim` buckets:
@@ -16,12 +16,11 @@ from __future__ import annotations
 
 import functools
 import hashlib
-import importlib
 import logging
 import re
 from collections import Counter
-from collections.abc import Callable, Sequence
-from typing import Protocol, cast
+from collections.abc import Sequence
+from typing import Protocol
 
 import numpy as np
 import numpy.typing as npt
@@ -214,43 +213,3 @@ def _count_pairs(rows: _Index, keys: _Hashes) -> tuple[_Index, _Hashes, _Index]:
     starts[1:] = (rows[1:] != rows[:-1]) | (keys[1:] != keys[:-1])
     first = np.flatnonzero(starts)
     return rows[first], keys[first], np.diff(first, append=len(keys))
-
-
-def load_embedder(spec: str, dim: int) -> Embedder:
-    """Build the embedder named by `spec`: "hash" or an import path "package.module:factory".
-
-    The factory is called with no arguments and must return an object with `name`, `dim` and
-    `embed`. Raise ValueError for an unknown spec, an import failure or a malformed embedder.
-    """
-    if spec == "hash":
-        embedder: Embedder = HashingEmbedder(dim)
-    else:
-        embedder = _check_embedder(spec, _import_factory(spec)())
-    log.info("embedder loaded spec=%s name=%s dim=%d", spec, embedder.name, embedder.dim)
-    return embedder
-
-
-def _import_factory(spec: str) -> Callable[[], object]:
-    module_name, sep, attr = spec.partition(":")
-    if not (sep and module_name and attr):
-        raise ValueError(f"unknown embedder spec {spec!r}: use 'hash' or 'package.module:factory'")
-    try:
-        module = importlib.import_module(module_name)
-    except ImportError as exc:
-        raise ValueError(f"cannot import embedder module {module_name!r} ({exc})") from exc
-    factory: object = getattr(module, attr, None)
-    if not callable(factory):
-        raise ValueError(f"embedder factory {spec!r} is missing or not callable")
-    return factory
-
-
-def _check_embedder(spec: str, candidate: object) -> Embedder:
-    name = getattr(candidate, "name", None)
-    dim = getattr(candidate, "dim", None)
-    if not isinstance(name, str) or not name:
-        raise ValueError(f"embedder from {spec!r} lacks a non-empty str `name`")
-    if not isinstance(dim, int) or isinstance(dim, bool) or dim <= 0:
-        raise ValueError(f"embedder from {spec!r} lacks a positive int `dim`")
-    if not callable(getattr(candidate, "embed", None)):
-        raise ValueError(f"embedder from {spec!r} lacks a callable `embed`")
-    return cast(Embedder, candidate)

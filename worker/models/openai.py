@@ -27,6 +27,7 @@ import numpy.typing as npt
 
 from worker.models import openai_http
 from worker.models.hashing import EmbedderUnavailable, EmbeddingError, EmbeddingRejected
+from worker.settings import WorkerSettings
 
 log = logging.getLogger(__name__)
 
@@ -183,3 +184,21 @@ def _normalise(rows: Vector) -> Vector:
     norms = np.linalg.norm(rows, axis=1, keepdims=True)
     np.divide(rows, norms, out=rows, where=norms > 0)
     return np.ascontiguousarray(rows, dtype=np.float32)
+
+
+def from_settings(s: WorkerSettings) -> OpenAIEmbedder:
+    """``ZQ_EMBEDDER=openai``: the endpoint and model the settings name."""
+    if not (s.embed_url and s.embed_model):
+        raise ValueError(
+            "ZQ_EMBEDDER=openai needs ZQ_EMBED_URL (e.g. http://127.0.0.1:11434/v1 for Ollama, "
+            "https://api.openai.com/v1) and ZQ_EMBED_MODEL"
+        )
+    key = s.embed_api_key.get_secret_value() if s.embed_api_key else None
+    return OpenAIEmbedder(
+        s.embed_url,
+        s.embed_model,
+        api_key=key,
+        timeout_s=s.embed_timeout_s,
+        batch=s.embed_batch,
+        retries=s.embed_retries,
+    )

