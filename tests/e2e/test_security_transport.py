@@ -17,7 +17,8 @@ from redis import Redis
 from producer import AccessDenied, MemoryClient
 from tests.conftest import make_settings
 from tests.e2e.workers import running, wait_until
-from worker.runtime.devserver import EmbeddedRedis, ServerNotFound, find_redis_server, free_port
+from worker.errors import ServerNotFound
+from worker.runtime.devserver import EmbeddedRedis, find_redis_server, free_port
 
 pytestmark = pytest.mark.e2e
 

@@ -16,7 +16,8 @@ from redis import Redis
 from producer import MemoryClient, OutOfMemory, ProducerSettings
 from tests.compose import DEPLOY, run_healthcheck
 from tests.e2e.workers import wait_until
-from worker.runtime.devserver import ServerNotFound, find_redis_server, free_port
+from worker.errors import ServerNotFound
+from worker.runtime.devserver import find_redis_server, free_port
 from worker.runtime.redis_config import advice
 
 PASSWORD = "s3cret"

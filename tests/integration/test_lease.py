@@ -12,7 +12,8 @@ from redis.exceptions import ResponseError
 from producer import MemoryClient
 from tests.conftest import drain_all
 from worker.context import WorkerContext
-from worker.store.lease import Lease, LeaseLost
+from worker.errors import LeaseLost
+from worker.store.lease import Lease
 
 
 def test_fenced_commit_applies_every_write_and_returns_raw_replies(redis_db: Redis) -> None:

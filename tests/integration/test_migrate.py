@@ -11,10 +11,11 @@ from producer.protocol import unpack_link
 from tests.conftest import drain_all
 from worker.cli.main import main
 from worker.context import WorkerContext
+from worker.errors import MigrationRefused
 from worker.intake import deadletter
 from worker.settings import WorkerSettings
 from worker.store.integrity import check_namespace
-from worker.store.migrate import MigrationRefused, migrate_links
+from worker.store.migrate import migrate_links
 
 TEXTS = [
     "The billing service retries failed card payments three times.",

@@ -19,8 +19,9 @@ import pytest
 from producer import MemoryClient
 from tests.conftest import drain_all, make_settings
 from worker.context import WorkerContext
+from worker.errors import EmbedderUnavailable, EmbeddingRejected
 from worker.models.factory import build_embedder
-from worker.models.hashing import EmbedderUnavailable, EmbeddingRejected, HashingEmbedder
+from worker.models.hashing import HashingEmbedder
 from worker.models.openai import OpenAIEmbedder
 from worker.runtime.servers import SearchServer
 

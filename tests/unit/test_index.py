@@ -9,7 +9,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from worker.index.vector import FORMAT_VERSION, Ann, IndexCorrupt, VectorIndex
+from worker.errors import IndexCorrupt
+from worker.index.vector import FORMAT_VERSION, Ann, VectorIndex
 
 DIM = 16
 

@@ -7,11 +7,10 @@ projection reads from any ``Source`` (Redis, keys, settings, the embedder's name
 from worker.index.changelog import stream_pos
 from worker.index.lexical import LexicalIndex
 from worker.index.projection import Projection, Source, catch_up, open_projection, save_snapshot
-from worker.index.vector import Ann, IndexCorrupt, VectorIndex
+from worker.index.vector import Ann, VectorIndex
 
 __all__ = [
     "Ann",
-    "IndexCorrupt",
     "LexicalIndex",
     "Projection",
     "Source",

@@ -24,9 +24,10 @@ import numpy as np
 from redis import Redis
 
 from producer.keys import Keys
+from worker.errors import IndexCorrupt
 from worker.index.changelog import read_change, stream_pos
 from worker.index.lexical import LexicalIndex, analyze
-from worker.index.vector import IndexCorrupt, VectorIndex
+from worker.index.vector import VectorIndex
 from worker.settings import WorkerSettings
 
 if TYPE_CHECKING:

@@ -27,6 +27,7 @@ import faiss
 import numpy as np
 import numpy.typing as npt
 
+from worker.errors import IndexCorrupt
 from worker.index.kinds import Backend, Flat, Floats, Hnsw, Ivf, Kind, Seqs
 
 log = logging.getLogger(__name__)
@@ -39,13 +40,6 @@ Ann = Literal["ivf", "hnsw"]
 FORMAT_VERSION = 3
 HEADER_FIELDS = 10  #: int64 fields of the snapshot header (see VectorIndex._header)
 _KIND_CODES: dict[Kind, int] = {"flat": 0, "hnsw": 1, "ivf": 2}
-
-
-class IndexCorrupt(Exception):
-    """The index snapshot is missing or unreadable; rebuild it from Redis."""
-
-    def __init__(self, message: str | None = None) -> None:
-        super().__init__(message or self.__doc__)
 
 
 class VectorIndex:

@@ -6,14 +6,12 @@ deletes in ``deletes``, restores of an export in ``restore``) and read-your-writ
 
 from worker.intake.dispatch import Dispatcher
 from worker.intake.drain import drain_shard, run_drain
-from worker.intake.freshness import NotFresh, wait_fresh
+from worker.intake.freshness import wait_fresh
 from worker.intake.ingest import handle_jobs
-from worker.intake.signing import SignatureRejected, check_signature
+from worker.intake.signing import check_signature
 
 __all__ = [
     "Dispatcher",
-    "NotFresh",
-    "SignatureRejected",
     "check_signature",
     "drain_shard",
     "handle_jobs",

@@ -17,9 +17,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import ResponseError
-from redis.exceptions import TimeoutError as RedisTimeoutError
 
 from producer import validation
 from producer.errors import InvalidInput, ProtocolError
@@ -35,15 +33,15 @@ from producer.protocol import (
 )
 from worker import metrics, tracing
 from worker.context import WorkerContext
+from worker.errors import TRANSIENT, LeaseLost, SignatureRejected
 from worker.index.changelog import stream_pos
 from worker.intake import restore
 from worker.intake.deadletter import ORIGIN_FIELD
 from worker.intake.dispatch import GROUP, kick
 from worker.intake.ingest import Entry, Job, handle_jobs
-from worker.intake.signing import SignatureRejected, check_signature
-from worker.models.hashing import EmbedderUnavailable
+from worker.intake.signing import check_signature
 from worker.store import notes
-from worker.store.lease import Lease, LeaseLost
+from worker.store.lease import Lease
 
 log = logging.getLogger(__name__)
 
@@ -282,14 +280,14 @@ def _handle_isolated(
     try:
         handle_jobs(ctx, ns, entries)
         return
-    except (RedisConnectionError, RedisTimeoutError, LeaseLost, EmbedderUnavailable):
+    except TRANSIENT:
         raise  # transient, or not the jobs' fault: keep them queued and retry the drain
     except Exception:
         log.exception("batch of ns=%s failed; retrying its %d jobs one by one", ns, len(entries))
     for entry in entries:
         try:
             handle_jobs(ctx, ns, [entry])
-        except (RedisConnectionError, RedisTimeoutError, LeaseLost, EmbedderUnavailable):
+        except TRANSIENT:
             raise
         except Exception as exc:
             log.exception("job entry=%s of ns=%s failed", entry[0], ns)

@@ -8,13 +8,10 @@ from collections.abc import Callable
 from typing import Any
 
 from worker.context import WorkerContext
+from worker.errors import NotFresh
 from worker.index.changelog import stream_pos
 from worker.intake.drain import drain_shard
 from worker.store.bulk import BulkPipeline
-
-
-class NotFresh(Exception):
-    """The namespace was not organised up to the search before its deadline."""
 
 
 def wait_fresh(ctx: WorkerContext, namespaces: list[str], deadline: float) -> None:

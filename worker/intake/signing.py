@@ -13,11 +13,8 @@ from collections.abc import Sequence
 import msgpack
 
 from producer import signing
+from worker.errors import SignatureRejected
 from worker.settings import WorkerSettings
-
-
-class SignatureRejected(Exception):
-    """A job is not signed with the key of every namespace it names."""
 
 
 def check_signature(settings: WorkerSettings, payload: bytes, namespaces: Sequence[str]) -> None:

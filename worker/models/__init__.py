@@ -5,20 +5,11 @@ shares), ``factory`` that picks one from the settings, and a Redis cache of vect
 (``vector_cache``). Model code is imported only when its embedder is chosen."""
 
 from worker.models.factory import build_embedder, load_embedder
-from worker.models.hashing import (
-    Embedder,
-    EmbedderUnavailable,
-    EmbeddingError,
-    EmbeddingRejected,
-    HashingEmbedder,
-)
+from worker.models.hashing import Embedder, HashingEmbedder
 from worker.models.vector_cache import embed_cached
 
 __all__ = [
     "Embedder",
-    "EmbedderUnavailable",
-    "EmbeddingError",
-    "EmbeddingRejected",
     "HashingEmbedder",
     "build_embedder",
     "embed_cached",

@@ -25,8 +25,6 @@ from typing import Protocol
 import numpy as np
 import numpy.typing as npt
 
-from producer.errors import ZettelqError
-
 log = logging.getLogger(__name__)
 
 #: bump whenever HashingEmbedder would produce different vectors for the same input
@@ -87,19 +85,6 @@ class Embedder(Protocol):
     def embed(self, texts: Sequence[str]) -> Vector:
         """Return an (len(texts), dim) C-contiguous array; an empty text gives a zero row."""
         ...
-
-
-class EmbeddingError(ZettelqError):
-    """An embedder could not turn texts into vectors."""
-
-
-class EmbedderUnavailable(EmbeddingError):
-    """The embedder cannot be reached, is overloaded or misconfigured; the texts are not at fault
-    and the work that needed them is retried later."""
-
-
-class EmbeddingRejected(EmbeddingError):
-    """The embedder refused these texts; retrying them unchanged cannot succeed."""
 
 
 class HashingEmbedder:

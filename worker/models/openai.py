@@ -25,8 +25,8 @@ from urllib.parse import urlsplit
 import numpy as np
 import numpy.typing as npt
 
+from worker.errors import EmbedderUnavailable, EmbeddingError, EmbeddingRejected
 from worker.models import openai_http
-from worker.models.hashing import EmbedderUnavailable, EmbeddingError, EmbeddingRejected
 from worker.settings import WorkerSettings
 
 log = logging.getLogger(__name__)

@@ -6,6 +6,6 @@ supersede (``supersession`` with its pure ``supersession_rule``), consolidate, e
 judge two notes at a time need. Intake applies three of these policies inline (the heuristic
 judge, queueing for the LLM judge, the supersession rule); that is why organise/ sits below it."""
 
-from worker.organise.periodic import JOBS, TRANSIENT, last_runs, run_job, run_periodic
+from worker.organise.periodic import JOBS, last_runs, run_job, run_periodic
 
-__all__ = ["JOBS", "TRANSIENT", "last_runs", "run_job", "run_periodic"]
+__all__ = ["JOBS", "last_runs", "run_job", "run_periodic"]

@@ -35,6 +35,7 @@ from pydantic import AfterValidator, BaseModel, ValidationError, ValidationInfo
 
 from worker import metrics
 from worker.context import WorkerContext
+from worker.errors import LLMFailure
 from worker.models import openai_http
 from worker.settings import WorkerSettings
 
@@ -49,14 +50,6 @@ SYSTEM_PROMPT = (
     "You organise a note memory. Answer with exactly one JSON object and nothing else. "
     "It must validate against this JSON schema: %s"
 )
-
-
-class LLMFailure(Exception):
-    """One chat call did not produce a usable answer; ``reason`` is a short counter name."""
-
-    def __init__(self, reason: str, detail: str) -> None:
-        super().__init__(f"{reason}: {detail}")
-        self.reason = reason
 
 
 def _check_shown(value: int, info: ValidationInfo) -> int:

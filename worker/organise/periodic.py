@@ -30,18 +30,15 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 
 from pydantic import BaseModel
-from redis.exceptions import ConnectionError as RedisConnectionError
-from redis.exceptions import TimeoutError as RedisTimeoutError
 
 from producer.protocol import JobRun
 from worker import metrics
 from worker.context import WorkerContext
-from worker.models.hashing import EmbedderUnavailable
+from worker.errors import TRANSIENT
 from worker.organise import audit as audit_log
 from worker.organise import consolidation, eviction, evolution, importance, merge, supersession
 from worker.organise import judge as llm_judge
 from worker.settings import WorkerSettings
-from worker.store.lease import LeaseLost
 
 log = logging.getLogger(__name__)
 
@@ -67,15 +64,6 @@ JOBS: dict[str, NamespaceJob] = {
 MAX_AGE_S: dict[str, float] = {"importance": importance.MAX_AGE_S}
 
 #: Failures that are not the namespace's fault: the run stops and its task is retried.
-TRANSIENT = (RedisConnectionError, RedisTimeoutError, LeaseLost, EmbedderUnavailable)
-
-
-class UnknownJob(ValueError):
-    """organise() was asked for a job that is not in JOBS."""
-
-
-class JobError(Exception):
-    """A job raised while organise() ran it."""
 
 
 class PeriodicRun(BaseModel):

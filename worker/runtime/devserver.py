@@ -32,7 +32,7 @@ from urllib.parse import quote, unquote, urlsplit
 from redis import Redis
 from redis.exceptions import RedisError
 
-from producer.errors import ZettelqError
+from worker.errors import ServerNotFound
 from worker.runtime.redis_config import MIN_VERSION, THROWAWAY_DIR_PREFIX, parse_version
 
 log = logging.getLogger(__name__)
@@ -48,10 +48,6 @@ LOG_TAIL_LINES = 20  #: lines of the server log quoted in a start error
 FORWARDED_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)  #: passed on to CMD
 SERVER_NAMES = ("redis-server", "valkey-server")  #: binaries looked for in each PATH directory
 VERSION_TIMEOUT_S = 5.0  #: how long ``SERVER --version`` may take
-
-
-class ServerNotFound(ZettelqError, FileNotFoundError):
-    """No Redis-protocol server at version 7.0 or later is installed."""
 
 
 def redis_reachable(url: str, timeout_s: float = 0.5) -> bool:

@@ -19,8 +19,9 @@ from producer import validation
 from producer.errors import InvalidInput, ProtocolError
 from producer.protocol import JobRun, OrganiseJob, Reply, unpack
 from worker.context import WorkerContext
-from worker.intake.freshness import NotFresh, wait_fresh
-from worker.intake.signing import SignatureRejected, check_signature
+from worker.errors import JobError, NotFresh, SignatureRejected, UnknownJob
+from worker.intake.freshness import wait_fresh
+from worker.intake.signing import check_signature
 from worker.organise import periodic
 from worker.runtime.servers import POLL_S, JobServer, execute_reply, is_key_error, send_reply
 from worker.search.retrieve import check_deadline
@@ -67,7 +68,7 @@ def handle(ctx: WorkerContext, job: OrganiseJob, payload: bytes) -> Reply | None
             raise  # Redis is away, busy or refusing writes: the thread backs off (worker.daemon)
         log.warning("organise job_id=%s failed on a key: %s", job.job_id, exc)
         return Reply(job_id=job.job_id, ok=False, error=f"worker error: {exc}")
-    except (InvalidInput, periodic.UnknownJob, periodic.JobError, NotFresh) as exc:
+    except (InvalidInput, UnknownJob, JobError, NotFresh) as exc:
         return Reply(job_id=job.job_id, ok=False, error=str(exc))
     except Exception as exc:
         log.exception("organise job_id=%s failed", job.job_id)
@@ -82,7 +83,7 @@ def organise(
     named in ``jobs``, over it in periodic.JOBS order; return their runs."""
     unknown = sorted(set(jobs or ()) - set(periodic.JOBS))
     if unknown:
-        raise periodic.UnknownJob(f"unknown jobs {unknown}; this worker runs {list(periodic.JOBS)}")
+        raise UnknownJob(f"unknown jobs {unknown}; this worker runs {list(periodic.JOBS)}")
     wait_fresh(ctx, [ns], deadline)
     runs = []
     for job in periodic.JOBS:
@@ -94,7 +95,7 @@ def organise(
             raise
         except Exception as exc:
             log.exception("job=%s ns=%s failed", job, ns)
-            raise periodic.JobError(f"job {job} failed on {ns}: {exc!r}") from exc
+            raise JobError(f"job {job} failed on {ns}: {exc!r}") from exc
     return runs
 
 

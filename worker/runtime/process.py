@@ -16,6 +16,7 @@ from redis import Redis
 from producer.core import redis_kwargs
 from worker import metrics, tracing
 from worker.context import WorkerContext
+from worker.errors import UnsupportedRedis
 from worker.intake.dispatch import Dispatcher
 from worker.runtime import redis_config
 from worker.runtime.celery_app import app, send_drain, settings
@@ -56,7 +57,7 @@ def _on_worker_ready(sender: Any = None, **_: object) -> None:
     with Redis.from_url(settings.redis_url, **redis_kwargs(settings)) as r:
         try:
             redis_config.check_at_start(r)
-        except redis_config.UnsupportedRedis as exc:
+        except UnsupportedRedis as exc:
             log.critical("%s", exc)
             raise SystemExit(1) from exc
     _state["heartbeat"] = ProcessHeartbeat(settings, "worker").start()

@@ -17,7 +17,7 @@ from pathlib import PurePath
 from redis import Redis
 from redis.exceptions import RedisError, ResponseError
 
-from producer.errors import ZettelqError
+from worker.errors import UnsupportedRedis
 
 log = logging.getLogger(__name__)
 
@@ -36,10 +36,6 @@ LISTPACK_VALUE = 256
 THROWAWAY_DIR_PREFIX = "zq-throwaway-"
 #: The server settings advice() reads.
 ADVISED = ("appendonly", "dir", "maxmemory", "maxmemory-policy", "hash-max-listpack-value")
-
-
-class UnsupportedRedis(ZettelqError):
-    """The Redis server is older than zettelq needs."""
 
 
 def parse_version(text: str) -> tuple[int, int]:

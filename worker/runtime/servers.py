@@ -25,7 +25,8 @@ from producer.protocol import Reply, SearchJob, pack, unpack
 from worker import metrics, tracing
 from worker.context import WorkerContext
 from worker.daemon import Daemon
-from worker.intake.signing import SignatureRejected, check_signature
+from worker.errors import SignatureRejected
+from worker.intake.signing import check_signature
 from worker.search import retrieve as search
 from worker.search.routing import REFRESH_S, Heartbeat, Routes
 from worker.store.bulk import BulkPipeline

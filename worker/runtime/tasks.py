@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
+from worker.errors import TRANSIENT
 from worker.intake import drain as drain_stage
 from worker.organise import periodic, reembed
-from worker.organise.periodic import TRANSIENT
 from worker.runtime.celery_app import MAINT_QUEUE, app, send_drain
 from worker.runtime.process import get_context
 

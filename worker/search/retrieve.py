@@ -21,9 +21,10 @@ from producer.keys import Keys
 from producer.protocol import Hit, Reply, SearchJob
 from worker import metrics
 from worker.context import WorkerContext
+from worker.errors import NotFresh
 from worker.index.lexical import analyze
 from worker.index.projection import CATCH_UP_CHUNK, Projection, catch_up
-from worker.intake.freshness import NotFresh, queue_inbox_reads, wait_fresh
+from worker.intake.freshness import queue_inbox_reads, wait_fresh
 from worker.search import candidates as cands_
 from worker.search import ranking
 from worker.search.candidates import Cand

@@ -8,7 +8,7 @@ policy (which links, which notes to evict): organise/ and intake/ do, and call t
 from worker.store.bulk import BulkPipeline, BulkTransaction
 from worker.store.graph import Graph, read_graph
 from worker.store.integrity import check_namespace
-from worker.store.lease import Lease, LeaseLost
+from worker.store.lease import Lease
 from worker.store.notes import Fields, Link, read_notes
 from worker.store.tombstone import tombstone_notes
 
@@ -18,7 +18,6 @@ __all__ = [
     "Fields",
     "Graph",
     "Lease",
-    "LeaseLost",
     "Link",
     "check_namespace",
     "read_graph",

@@ -21,6 +21,7 @@ from redis.client import Pipeline
 from redis.connection import Connection
 from redis.exceptions import RedisError, WatchError
 
+from worker.errors import LeaseLost
 from worker.store.bulk import BulkTransaction, Commands
 
 log = logging.getLogger(__name__)
@@ -35,10 +36,6 @@ RENEW_LUA = (
 #: ``kept()`` stops renewing after this many TTLs, so a holder stuck for good (not just slow)
 #: still lets its lease expire and the work move to another worker.
 MAX_KEPT_TTLS = 30
-
-
-class LeaseLost(Exception):
-    """The lease expired or was taken while its holder still worked."""
 
 
 class Lease:

@@ -17,17 +17,13 @@ from typing import Any
 
 import msgpack
 
-from producer.errors import ZettelqError
 from producer.protocol import pack_link
 from worker.context import WorkerContext
+from worker.errors import MigrationRefused
 
 log = logging.getLogger(__name__)
 
 SCAN_COUNT = 1_000  #: keys per SCAN step
-
-
-class MigrationRefused(ZettelqError):
-    """A worker holds a shard lease: migrating under it could lose its writes."""
 
 
 @dataclass
