@@ -11,6 +11,7 @@ from collections import OrderedDict
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
+from typing import Self
 
 from redis import Redis
 
@@ -133,3 +134,9 @@ class WorkerContext:
 
     def close(self) -> None:
         self.redis.close()
+
+    def __enter__(self) -> Self:
+        return self
+
+    def __exit__(self, *_: object) -> None:
+        self.close()

@@ -56,11 +56,8 @@ def _runs(settings: WorkerSettings, args: argparse.Namespace, rest: list[str]) -
     from worker.context import WorkerContext
     from worker.organise.periodic import last_runs
 
-    ctx = WorkerContext.build(settings)
-    try:
+    with WorkerContext.build(settings) as ctx:
         runs = [run.model_dump() for run in last_runs(ctx).values()]
-    finally:
-        ctx.close()
     columns = ("job", "at", "namespaces", "left", "work", "seconds")
     Printer.of(args).rows(runs, columns, "no periodic job has run yet")
     return 0
@@ -71,15 +68,12 @@ def _check(settings: WorkerSettings, args: argparse.Namespace, rest: list[str]) 
     from worker.context import WorkerContext
     from worker.store.integrity import check_namespace
 
-    ctx = WorkerContext.build(settings)
-    try:
+    with WorkerContext.build(settings) as ctx:
         if args.all:
             names = sorted(m.decode() for m in ctx.redis.smembers(ctx.keys.namespaces()))
         else:
             names = [valid_namespace(args.namespace or settings.default_namespace)]
         rows = [{"namespace": ns, "problems": check_namespace(ctx, ns)} for ns in names]
-    finally:
-        ctx.close()
     Printer.of(args).rows(rows, ("namespace", "problems"), "no namespaces")
     return 1 if any(row["problems"] for row in rows) else 0
 
@@ -93,11 +87,8 @@ def _reembed(settings: WorkerSettings, args: argparse.Namespace, rest: list[str]
     from worker.context import WorkerContext
     from worker.organise.reembed import reembed_namespace
 
-    ctx = WorkerContext.build(settings)
-    try:
+    with WorkerContext.build(settings) as ctx:
         done = reembed_namespace(ctx, args.namespace)
-    finally:
-        ctx.close()
     out.message(f"reembedded {done} notes", namespace=args.namespace, reembedded=done)
     return 0
 
@@ -120,11 +111,8 @@ def _migrate(settings: WorkerSettings, args: argparse.Namespace, rest: list[str]
     from worker.context import WorkerContext
     from worker.store.migrate import migrate_links
 
-    ctx = WorkerContext.build(settings)
-    try:
+    with WorkerContext.build(settings) as ctx:
         done = migrate_links(ctx)
-    finally:
-        ctx.close()
     Printer.of(args).record(asdict(done))
     return 0
 

@@ -28,7 +28,7 @@ from redis import Redis
 from producer import validation as v
 from producer.core import ENQUEUE_LUA, ClientCore, redis_errors, redis_kwargs
 from producer.errors import Backpressure, InvalidInput
-from producer.protocol import RestoreJob, pack
+from producer.protocol import PROTOCOL_VERSION, RestoreJob, pack
 from worker.intake.restore import check_restore
 from worker.settings import WorkerSettings
 from worker.transfer.export import FORMAT_VERSION
@@ -282,7 +282,7 @@ def _json_object(number: int, text: str) -> dict[str, Any]:
 
 
 def _restore_item(target: Target, number: int, text: str) -> Item:
-    obj = {**_json_object(number, text), "v": 1, "op": "restore", "ns": target.ns}
+    obj = {**_json_object(number, text), "v": PROTOCOL_VERSION, "op": "restore", "ns": target.ns}
     obj.pop("sig", None)
     try:
         job = RestoreJob.model_validate(obj)
