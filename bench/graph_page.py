@@ -37,7 +37,8 @@ from typing import Any
 
 from bench.foundation import Corpus
 from producer import MemoryClient
-from worker.context import Streams, WorkerContext
+from worker.connection import Streams
+from worker.context import WorkerContext
 from worker.explorer.export import to_cytoscape, to_graphml
 from worker.explorer.page import render_page
 from worker.explorer.view import GraphView, read_view, select

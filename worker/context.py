@@ -4,12 +4,8 @@ from __future__ import annotations
 
 import gc
 import logging
-import os
-import socket
 import threading
 from collections import OrderedDict
-from collections.abc import Iterator
-from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Self
 
@@ -17,6 +13,7 @@ from redis import Redis
 
 from producer.core import redis_kwargs
 from producer.keys import Keys
+from worker.connection import new_consumer
 from worker.index.projection import Projection, open_projection
 from worker.models.factory import build_embedder
 from worker.models.hashing import Embedder
@@ -30,30 +27,6 @@ log = logging.getLogger(__name__)
 #: off full collections, each a scan of every projection (about 90 ms at 100k notes). At the
 #: default, ingest of 100k notes spent 14 of its 75 s in the collector; at this value, 0.2 s.
 GC_YOUNG_THRESHOLD = 100_000
-
-
-def new_consumer() -> str:
-    """A name for this process that no other process has: ``<host>-<pid>-<random hex>``."""
-    return f"{socket.gethostname()}-{os.getpid()}-{os.urandom(3).hex()}"
-
-
-@dataclass
-class Streams:
-    """The data Redis and its keys, without the embedder and projections of a WorkerContext."""
-
-    redis: Redis
-    keys: Keys
-
-
-@contextmanager
-def streams(settings: WorkerSettings) -> Iterator[Streams]:
-    redis = Redis.from_url(
-        settings.redis_url, socket_timeout=settings.socket_timeout_s, **redis_kwargs(settings)
-    )
-    try:
-        yield Streams(redis, Keys(settings.key_prefix, settings.shard_count))
-    finally:
-        redis.close()
 
 
 @dataclass

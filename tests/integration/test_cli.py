@@ -134,12 +134,14 @@ def test_plain_commands_print_no_library_noise_and_load_no_faiss(
 ) -> None:
     out = zettelq("dead", "list")
     assert (out.returncode, out.stdout, out.stderr) == (0, "no dead letters\n", "")
-    probe = (
-        "import sys; from worker.cli.main import main; main(['stats'])\n"
-        "print(sorted(m for m in sys.modules if m in ('faiss', 'numpy', 'celery')))"
-    )
-    out = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, cwd=ROOT)
-    assert out.stdout.splitlines()[-1] == "[]" and out.stderr == ""
+    for command in (["stats"], ["dead", "list"]):
+        probe = (
+            f"import sys; from worker.cli.main import main; main({command!r})\n"
+            "print(sorted(m for m in sys.modules if m in ('faiss', 'numpy', 'celery')))"
+        )
+        run = [sys.executable, "-c", probe]
+        out = subprocess.run(run, capture_output=True, text=True, cwd=ROOT)
+        assert out.stdout.splitlines()[-1] == "[]" and out.stderr == "", command
 
 
 @pytest.fixture

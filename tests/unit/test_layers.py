@@ -9,6 +9,7 @@ its own first, so a check that cannot fail would fail here.
 from __future__ import annotations
 
 import ast
+import re
 from collections.abc import Iterator, Sequence
 from pathlib import Path
 
@@ -28,7 +29,7 @@ LAYERS: tuple[tuple[str, ...], ...] = (
     ("store",),
     ("context",),
     ("index", "models"),
-    ("daemon",),
+    ("daemon", "connection"),
     ("metrics", "tracing"),
     ("settings", "errors", "text", "readable"),
 )
@@ -184,3 +185,14 @@ def test_a_cycle_behind_type_checking_fails(tree: Path) -> None:
     )
     (tree / "low" / "b.py").write_text("from worker.low import c\n")
     assert cycles(graph(tree)) == [["worker.low.b", "worker.low.c"]]
+
+
+def test_the_readme_draws_every_layer_and_names_only_real_files() -> None:
+    readme = (ROOT / "README.md").read_text()
+    section = readme.split("\n## Architecture\n", 1)[1].split("\n## ", 1)[0]
+    for units in LAYERS:
+        for unit in units:
+            shown = f"{unit}/" if (ROOT / "worker" / unit).is_dir() else f"{unit}.py"
+            assert shown in section, unit
+    for path in re.findall(r"`((?:worker|producer)/[\w/]+\.py)`", section):
+        assert (ROOT / path).is_file(), path

@@ -50,7 +50,7 @@ def add_commands(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> di
 
 
 def _graph(settings: WorkerSettings, args: argparse.Namespace, rest: list[str]) -> int:
-    from worker.context import streams
+    from worker.connection import streams
     from worker.explorer.export import to_cytoscape, to_graphml
     from worker.explorer.page import render_page
     from worker.explorer.view import MAX_HOPS, read_view, select

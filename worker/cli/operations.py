@@ -9,7 +9,7 @@ from dataclasses import asdict
 from producer import Unavailable
 from worker.cli.console import Handler, Printer, add_output_options
 from worker.cli.failure import redacted
-from worker.context import streams
+from worker.connection import streams
 from worker.settings import WorkerSettings
 
 #: the columns of a dead letter's table row

@@ -45,7 +45,7 @@ def add_commands(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> di
 
 
 def _export(settings: WorkerSettings, args: argparse.Namespace, rest: list[str]) -> int:
-    from worker.context import streams
+    from worker.connection import streams
     from worker.transfer.export import write_export
 
     ns = v.check_namespace(args.namespace)

@@ -29,7 +29,7 @@ from producer.adapters.tokens import Forbidden, Grant, TokenStore, Unauthenticat
 from producer.core import redis_kwargs
 from producer.errors import InvalidInput, ZettelqError
 from producer.protocol import Proposal
-from worker.context import Streams
+from worker.connection import Streams
 from worker.explorer.page import render_page
 from worker.explorer.view import MAX_HOPS, read_view, select
 from worker.settings import WorkerSettings

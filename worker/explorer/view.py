@@ -29,7 +29,7 @@ import msgpack
 from producer import MemoryClient, ProtocolError
 from producer.core import walk_step
 from producer.protocol import Note, note_from_hash, unpack_link
-from worker.context import Streams
+from worker.connection import Streams
 from worker.intake.construction import PART_OF
 from worker.organise.linking import SEQUENCE
 from worker.readable import iso_time, readable

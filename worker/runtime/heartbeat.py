@@ -29,7 +29,7 @@ from producer.core import redis_kwargs
 from producer.keys import Keys
 from producer.settings import ProducerSettings
 from worker import daemon
-from worker.context import new_consumer
+from worker.connection import new_consumer
 from worker.daemon import Daemon
 
 log = logging.getLogger(__name__)
