@@ -14,7 +14,7 @@ import pytest
 from tests.conftest import make_settings
 from tests.e2e.resp_proxy import VersionProxy
 from tests.e2e.workers import stop, wait_until, worker_env
-from worker.cli.main import main as cli
+from worker.cli import main as cli
 from worker.runtime.devserver import EmbeddedRedis
 
 pytestmark = pytest.mark.e2e

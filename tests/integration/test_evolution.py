@@ -24,7 +24,7 @@ from producer import (
 )
 from tests.conftest import drain_all, make_settings
 from tests.integration.chat_server import ChatServer, Scripted, answer, chat
-from worker.cli.main import main as cli
+from worker.cli import main as cli
 from worker.context import WorkerContext
 from worker.organise.evolution import evolve_namespace
 from worker.organise.periodic import last_runs, run_periodic

@@ -16,8 +16,9 @@ from producer import MemoryClient, NotFound
 from producer.protocol import Note
 from tests.conftest import drain_all, make_settings
 from tests.integration.graph_story import CONTROL, NS, REACT, SVELTE, XSS, Story, store_story
-from worker.cli.main import main as cli
-from worker.connection import Streams, WorkerContext
+from worker.cli import main as cli
+from worker.connection import Streams
+from worker.context import WorkerContext
 from worker.explorer.export import to_cytoscape, to_graphml
 from worker.explorer.page import VENDOR_SCRIPTS, render_page
 from worker.explorer.view import GraphView, read_view, select, styles_of

@@ -16,7 +16,8 @@ import pytest
 from producer import MemoryClient
 from tests.conftest import make_settings
 from tests.integration.graph_story import NS, SVELTE, XSS, store_story
-from worker.connection import Streams, WorkerContext
+from worker.connection import Streams
+from worker.context import WorkerContext
 from worker.explorer.page import render_page
 from worker.explorer.view import read_view, select
 from worker.runtime.servers import SearchServer
