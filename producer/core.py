@@ -39,6 +39,7 @@ from producer.errors import (
 )
 from producer.keys import Keys
 from producer.protocol import (
+    PROTOCOL_VERSION,
     DeleteJob,
     JobRun,
     Neighbour,
@@ -155,7 +156,7 @@ class ClientCore:
         s = self.settings
         note_id = v.check_id(fields["id"]) if fields.get("id") is not None else new_id()
         job = {
-            "v": 1,
+            "v": PROTOCOL_VERSION,
             "op": "store",
             "id": note_id,
             "ns": namespace,
