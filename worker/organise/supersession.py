@@ -13,8 +13,7 @@ at least ``supersede_min_cosine``, or for the rule one of the notes BM25 ranks b
 change's subject and old value; both plain notes, the older one still valid):
 
 - the rule (worker.organise.supersession_rule: explicit change markers only) runs on each ingest
-batch
-  (``on_ingest``, only for the notes with a change marker, under the batch's namespace lock)
+  batch (``on_ingest``, only for the notes with a change marker, under the batch's namespace lock)
   and in ``supersede_namespace``;
 - the LLM (when ``llm_url`` is set; in ``supersede_namespace`` only, never under the ingest
   lock) sees up to ``supersede_llm_batch`` new notes per call, each with its numbered nearest
