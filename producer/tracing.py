@@ -3,8 +3,10 @@
 A producer call runs in a span of its own (``zettelq store``, kind PRODUCER; ``zettelq search``,
 CLIENT), child of whatever span the agent is in, and its W3C ``traceparent`` travels inside the
 job (field ``tp``): the worker's batch span links to the spans of every store it organised, and
-its search span is the child of the caller's (worker/tracing.py). Spans are recorded only when
-the application installed an SDK tracer provider; with the API alone they cost a no-op call.
+its search span is the child of the caller's (worker/tracing.py). Spans are made only when the
+application installed a tracer provider (the SDK's, or any other real one); with the API alone a
+call opens none (a no-op span cost a store about 10 us), and the traceparent a job carries is
+still the caller's, when the caller's context holds one.
 opentelemetry is imported on the first call, not with ``producer``.
 """
 
@@ -35,7 +37,7 @@ def span(name: str, kind: str, namespace: str | None = None) -> Iterator[None]:
     """Run the block in a span ``name`` of SpanKind ``kind`` (PRODUCER, CLIENT, ...), with the
     ``zettelq.namespace`` attribute when one is given."""
     found = otel()
-    if found is None:
+    if found is None or not _provided(found[0]):
         yield
         return
     trace, _ = found
@@ -55,3 +57,9 @@ def traceparent() -> str | None:
     carrier: dict[str, str] = {}
     found[1].inject(carrier)
     return carrier.get("traceparent")
+
+
+def _provided(trace: Any) -> bool:
+    """Whether a tracer provider that makes spans is installed (not the API's proxy or no-op)."""
+    provider = trace.get_tracer_provider()
+    return not isinstance(provider, trace.ProxyTracerProvider | trace.NoOpTracerProvider)

@@ -81,6 +81,30 @@ with MemoryClient(settings) as mem:
     print("tp" in msgpack.unpackb(fields[b"j"]))
 """
 
+API_ONLY = """
+import msgpack
+from opentelemetry import trace
+from opentelemetry.trace import NonRecordingSpan, SpanContext, TraceFlags, use_span
+from producer import MemoryClient
+from worker.settings import WorkerSettings
+
+
+def refuse(*args, **kwargs):
+    raise AssertionError("a span was opened with no tracer provider installed")
+
+
+trace.get_tracer = refuse  # the API alone: no SDK, so no span is worth opening
+caller = SpanContext(0x1234, 0x5678, is_remote=True, trace_flags=TraceFlags(1))
+settings = WorkerSettings()
+with MemoryClient(settings) as mem:
+    mem.store("no span opened", namespace="bare")
+    with use_span(NonRecordingSpan(caller)):  # a context the caller took from a request
+        mem.store("carried on", namespace="bare")
+    inbox = mem.keys.inbox(mem.keys.shard_of("bare"))
+    jobs = [msgpack.unpackb(fields[b"j"]) for _, fields in mem._redis.xrange(inbox)]
+print([job.get("tp") for job in jobs])
+"""
+
 
 def run(script: str, settings: WorkerSettings) -> str:
     env = {
@@ -132,6 +156,13 @@ def test_store_links_to_the_batch_and_search_parents_the_worker_span(
 
 def test_without_opentelemetry_nothing_is_traced(settings: WorkerSettings) -> None:
     assert run(UNTRACED, settings) == "False"
+
+
+def test_with_the_api_alone_no_span_is_opened_and_the_callers_context_still_travels(
+    settings: WorkerSettings,
+) -> None:
+    carried = f"00-{0x1234:032x}-{0x5678:016x}-01"
+    assert run(API_ONLY, settings) == str([None, carried])
 
 
 def test_a_malformed_traceparent_from_redis_is_ignored(settings, ctx, client) -> None:
