@@ -37,6 +37,11 @@ class WorkerSettings(ProducerSettings):
     sweep_interval_s: float = Field(default=1.0, gt=0)
     """How often the dispatcher sweeps every shard for backlog without a live drain."""
 
+    soft_shutdown_s: float = Field(default=0.0, ge=0, le=3_600)
+    """Celery's soft shutdown (worker_soft_shutdown_timeout): on a cold shutdown (SIGQUIT, or
+    SIGTERM with REMAP_SIGTERM=SIGQUIT) a running drain gets this long before it is cancelled;
+    0 = cancelled at once. Keep it below the supervisor's grace period (docs/kubernetes.md)."""
+
     embedder: str = "hash"
     """Embedder: "hash" (offline default), "minilm" (all-MiniLM-L6-v2, needs the minilm extra),
     "sentence-transformers" (the model in embed_model_dir), "openai" (the endpoint in embed_url)

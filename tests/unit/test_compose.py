@@ -80,10 +80,11 @@ def test_the_zettelq_services_read_env_example() -> None:
     assert (DEPLOY / "env.example").is_file()
 
 
-def test_the_image_installs_the_worker_extra_only_and_checks_its_health() -> None:
+def test_the_image_installs_the_worker_extra_by_default_and_checks_its_health() -> None:
     dockerfile = (DEPLOY / "Dockerfile").read_text()
 
     assert re.findall(r"pip install [^\n]*", dockerfile) == [
-        "pip install --no-cache-dir '.[worker]' \\"
+        'pip install --no-cache-dir ".[${EXTRAS}]" \\'
     ]
+    assert re.findall(r"^ARG EXTRAS=.*$", dockerfile, re.MULTILINE) == ["ARG EXTRAS=worker"]
     assert 'CMD zettelq health --host "$HOSTNAME"' in dockerfile

@@ -43,6 +43,7 @@ app.conf.update(
     task_acks_late=False,
     worker_prefetch_multiplier=1,
     worker_concurrency=1,
+    worker_soft_shutdown_timeout=settings.soft_shutdown_s,
     broker_connection_retry_on_startup=True,
     beat_schedule=build_beat_schedule(settings),
     beat_scheduler="worker.runtime.beat:LeaderScheduler",
