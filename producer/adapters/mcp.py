@@ -327,6 +327,8 @@ TOOLS: Mapping[str, tuple[str, str, ToolAnnotations]] = {
     "memory_delete": ("delete", "Forget a note", DELETE),
     "memory_organise": ("organise", "Organise memory now", WRITE),
 }
+#: the tools that send notifications while they run (progress); the others only answer
+REPORTING = frozenset({"memory_store_many"})
 
 
 def build_server(client: AsyncMemoryClient, namespace: str | Binding) -> MCPServer:

@@ -10,18 +10,30 @@ Each tool then checks the grant: a write tool needs the namespace in the token's
 read tool in its read grant, else the tool error names ``Forbidden``. Errors of the guard are
 JSON ``{"error": {"type": ..., "message": ...}}`` as the HTTP API's are.
 
+A tool call of the 2026-07-28 protocol (one self-contained POST) to a tool that sends no
+notifications while it runs (every tool but ``memory_store_many``, which reports progress) is
+answered in JSON mode: the tool runs in the request's own task, without the response stream an
+SSE reply sets up first; everything else (other methods, the progress-reporting tool, the
+handshake protocols and their sessions) takes the SDK's SSE path. The JSON reply is the one the
+SSE path sends for such a call; a client that hangs up does not cancel the call.
+
 The app can be mounted in another ASGI app (the HTTP API's ``extra_mounts``) as long as that
 app runs its lifespan, which runs the MCP session manager and closes the Redis clients.
 """
 
 from __future__ import annotations
 
+import functools
+import importlib.util
+import sys
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
 
 try:
     from mcp.server.mcpserver import Context
+    from mcp.server.streamable_http_manager import StreamableHTTPSessionManager
+    from mcp_types.version import MODERN_PROTOCOL_VERSIONS
     from starlette.applications import Starlette
     from starlette.datastructures import Headers
     from starlette.requests import Request
@@ -33,7 +45,7 @@ except ImportError as exc:  # pragma: no cover - only without the extra
 from redis import asyncio as aioredis
 
 from producer import validation as v
-from producer.adapters.mcp import build_server
+from producer.adapters.mcp import REPORTING, TOOLS, build_server
 from producer.adapters.tokens import ANY, AsyncTokenStore, Forbidden, Grant, Unauthenticated
 from producer.async_client import AsyncMemoryClient
 from producer.core import async_redis_kwargs
@@ -44,6 +56,9 @@ MCP_PATH = "/mcp"  #: where the MCP endpoint is served by default
 HEALTH_PATH = "/health"  #: liveness, without a token
 NAMESPACE_HEADER = "x-zettelq-namespace"  #: picks one of the token's namespaces
 ADMISSION = "zettelq_mcp"  #: key of the request's Admission in the ASGI scope's state
+QUIET_TOOLS = frozenset(TOOLS) - REPORTING  #: tools answered in JSON mode (no notifications)
+#: the request headers that say which protocol, method and tool a POST is for
+ROUTING_HEADERS = frozenset({b"mcp-protocol-version", b"mcp-method", b"mcp-name"})
 #: HTTP status of the errors the guard answers with (others: 500)
 STATUS: dict[type[ZettelqError], int] = {
     Unauthenticated: 401,
@@ -79,17 +94,26 @@ def http_app(
     server.custom_route(HEALTH_PATH, methods=["GET"])(health)
     app = server.streamable_http_app(streamable_http_path=path, stateless_http=stateless, host=host)
     sessions = app.router.lifespan_context
+    sse = server.session_manager
+    replies = StreamableHTTPSessionManager(
+        sse.app,
+        json_response=True,
+        stateless=stateless,
+        security_settings=sse.security_settings,
+        max_request_body_size=sse.max_request_body_size,
+    )
 
     @asynccontextmanager
     async def lifespan(app: Starlette) -> AsyncIterator[None]:
         try:
-            async with sessions(app):
+            async with sessions(app), replies.run():
                 yield
         finally:
             await client.aclose()
             await redis.aclose()
 
     app.router.lifespan_context = lifespan
+    app.add_middleware(QuietCalls, replies=replies, path=path)
     app.add_middleware(TokenGuard, tokens=AsyncTokenStore(redis, settings.key_prefix))
     return app
 
@@ -108,6 +132,28 @@ async def serve(
     app = http_app(settings, path=path, stateless=stateless, host=host)
     config = uvicorn.Config(app, host=host, port=port, log_config=None, access_log=False)
     await uvicorn.Server(config).serve()
+
+
+def run(
+    settings: ProducerSettings,
+    *,
+    host: str,
+    port: int,
+    path: str = MCP_PATH,
+    stateless: bool = False,
+) -> None:
+    """serve() on an event loop of its own: uvloop's where it is installed (the mcp extra brings
+    it with uvicorn[standard]), else asyncio's."""
+    import anyio
+
+    serving = functools.partial(
+        serve, settings, host=host, port=port, path=path, stateless=stateless
+    )
+    anyio.run(serving, backend_options={"use_uvloop": has_uvloop()})
+
+
+def has_uvloop() -> bool:
+    return sys.platform != "win32" and importlib.util.find_spec("uvloop") is not None
 
 
 async def health(request: Request) -> JSONResponse:
@@ -143,6 +189,36 @@ class TokenGuard:
         if grant is None:
             raise Unauthenticated("the token is unknown or revoked", invalid_token=True)
         return Admission(grant, choose_namespace(grant, headers.get(NAMESPACE_HEADER)))
+
+
+class QuietCalls:
+    """ASGI middleware: a 2026-07-28 POST to the MCP endpoint that calls one of QUIET_TOOLS goes
+    to ``replies``, a session manager in JSON mode (the module's docstring says why); any other
+    request goes on to the app."""
+
+    def __init__(self, app: ASGIApp, replies: StreamableHTTPSessionManager, path: str) -> None:
+        self.app = app
+        self.replies = replies
+        self.path = path
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if quiet_call(scope) and route_path(scope) == self.path:
+            await self.replies.handle_request(scope, receive, send)
+        else:
+            await self.app(scope, receive, send)
+
+
+def quiet_call(scope: Scope) -> bool:
+    """Whether the request is a POST of the 2026-07-28 protocol that calls a quiet tool (the SDK
+    rejects a request whose routing headers disagree with its body)."""
+    if scope["type"] != "http" or scope["method"] != "POST":
+        return False
+    routing = {k: v for k, v in scope["headers"] if k in ROUTING_HEADERS}
+    return (
+        routing.get(b"mcp-protocol-version", b"").decode("latin-1") in MODERN_PROTOCOL_VERSIONS
+        and routing.get(b"mcp-method") == b"tools/call"
+        and routing.get(b"mcp-name", b"").decode("latin-1") in QUIET_TOOLS
+    )
 
 
 def choose_namespace(grant: Grant, asked: str | None) -> str:

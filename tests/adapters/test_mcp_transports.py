@@ -167,6 +167,81 @@ def test_streamable_http_binds_each_call_to_its_tokens_namespace(
         asyncio.run(main(url))
 
 
+def test_over_http_store_many_reports_progress_and_a_quiet_call_gets_json(
+    settings: WorkerSettings, tokens: TokenStore
+):
+    secret, _ = tokens.create(read=["progress"], write=["progress"])
+    items = [{"content": f"fact {i} about tides"} for i in range(150)]
+    progress: list[tuple[float, float | None]] = []
+
+    async def on_progress(done: float, total: float | None, message: str | None) -> None:
+        progress.append((done, total))
+
+    async def main(url: str) -> None:
+        headers = {"Authorization": f"Bearer {secret}"}
+        async with httpx2.AsyncClient(headers=headers) as http:
+            async with Client(streamable_http_client(f"{url}/mcp", http_client=http)) as client:
+                many = await client.call_tool(
+                    "memory_store_many", {"items": items}, progress_callback=on_progress
+                )
+                assert not many.is_error and len(many.structured_content["ids"]) == 150
+            reply = await http.post(
+                f"{url}/mcp",
+                json=modern_call(1, "memory_store"),
+                headers={**MODERN_HEADERS, "Mcp-Name": "memory_store"},
+            )
+            assert reply.headers["content-type"] == "application/json"
+            assert reply.json()["result"]["structuredContent"]["namespace"] == "progress"
+            body = modern_call(2, "memory_store_many", progressToken="p")
+            body["params"]["arguments"] = {"items": items}
+            headers = {**MODERN_HEADERS, "Mcp-Name": "memory_store_many"}
+            async with http.stream("POST", f"{url}/mcp", json=body, headers=headers) as streamed:
+                assert streamed.headers["content-type"] == "text/event-stream"
+                events = (await streamed.aread()).decode()
+            assert events.count("notifications/progress") == 2 and '"ids"' in events
+
+    with serving(settings) as url:
+        asyncio.run(main(url))
+    assert progress == [(100, 150), (150, 150)]
+
+
+#: the routing headers of a 2026-07-28 tools/call (Mcp-Name is the tool's)
+MODERN_HEADERS = {
+    "Accept": "application/json, text/event-stream",
+    "MCP-Protocol-Version": "2026-07-28",
+    "Mcp-Method": "tools/call",
+}
+
+
+def modern_call(request_id: int, tool: str, **meta: str) -> dict[str, Any]:
+    """A 2026-07-28 tools/call body (the per-request envelope in _meta), content "x"."""
+    envelope = {
+        "io.modelcontextprotocol/protocolVersion": "2026-07-28",
+        "io.modelcontextprotocol/clientCapabilities": {},
+    }
+    params = {"name": tool, "arguments": {"content": "x"}, "_meta": envelope | meta}
+    return {"jsonrpc": "2.0", "id": request_id, "method": "tools/call", "params": params}
+
+
+@pytest.mark.parametrize("stateless", [False, True])
+def test_a_handshake_era_client_is_served_with_and_without_sessions(
+    settings: WorkerSettings, tokens: TokenStore, stateless: bool
+):
+    secret, _ = tokens.create(read=["legacy"], write=["legacy"])
+
+    async def main(url: str) -> None:
+        async with httpx2.AsyncClient(headers={"Authorization": f"Bearer {secret}"}) as http:
+            transport = streamable_http_client(f"{url}/mcp", http_client=http)
+            async with Client(transport, mode="legacy") as client:
+                stored = await call(client, "memory_store", content="the old protocol still works")
+                assert Stored.model_validate(stored.structured_content).namespace == "legacy"
+                stats = await call(client, "memory_stats")
+                assert stats.structured_content["namespace"] == "legacy"
+
+    with uvicorn_serving(http_app(settings, stateless=stateless)) as url:
+        asyncio.run(main(url))
+
+
 @pytest.mark.parametrize(
     "authorization",
     [None, "Bearer zq_0123456789abcdef_" + "x" * 43, "Basic dXNlcjpwYXNz", "Bearer"],

@@ -39,7 +39,9 @@ def run(settings: WorkerSettings, args: argparse.Namespace, rest: list[str]) -> 
     import anyio
 
     if args.http:
-        anyio.run(serve_http, settings, args)
+        from producer.adapters.mcp_http import run as run_http
+
+        run_http(settings, host=args.host, port=args.port, path=args.path, stateless=args.stateless)
     else:
         anyio.run(serve_stdio, settings)
     return 0
@@ -52,9 +54,3 @@ async def serve_stdio(settings: WorkerSettings) -> None:
     namespace = settings.mcp_namespace or settings.default_namespace
     async with AsyncMemoryClient(settings) as client:
         await build_server(client, namespace).run_stdio_async()
-
-
-async def serve_http(settings: WorkerSettings, args: argparse.Namespace) -> None:
-    from producer.adapters.mcp_http import serve
-
-    await serve(settings, host=args.host, port=args.port, path=args.path, stateless=args.stateless)
