@@ -16,7 +16,9 @@ from producer.urls import is_cluster_url
 log = logging.getLogger(__name__)
 
 #: ZQ_ variables read outside the settings classes: by the CLI and by the test suite
-OTHER_VARIABLES = frozenset({"ZQ_DEBUG", "ZQ_TEST_REDIS_URL", "ZQ_TEST_SCREENSHOT"})
+OTHER_VARIABLES = frozenset(
+    {"ZQ_DEBUG", "ZQ_TEST_REDIS_URL", "ZQ_TEST_BROKER_URL", "ZQ_TEST_SCREENSHOT"}
+)
 
 _warned: set[str] = set()  #: unknown-variable warnings this process has given
 
