@@ -55,8 +55,8 @@ def mem(cluster_settings: WorkerSettings) -> Iterator[MemoryClient]:
 def drain(ctx: WorkerContext) -> int:
     """Drain every shard until none holds work, riding a slot that moves (a drain that meets a
     moving slot raises a TRANSIENT error and is run again, as its Celery task would be)."""
-    done = 0
-    for _ in range(500):
+    done, deadline = 0, time.monotonic() + 60
+    while time.monotonic() < deadline:
         busy = False
         for shard in range(ctx.keys.shard_count):
             try:
