@@ -31,7 +31,8 @@ Commands = list[tuple[tuple[Any, ...], Any]]
 
 
 #: how often a cluster BulkPipeline resends the commands a node redirected (MOVED, ASK,
-#: TRYAGAIN) before it raises the redirection; a slot migrating under load settles well within
+#: TRYAGAIN) before ``execute()`` raises the redirection (TRANSIENT for a task): a slot
+#: migrating under load settles in far fewer rounds
 REDIRECTS = 20
 TRYAGAIN_S = 0.01  #: first wait before resending after TRYAGAIN (doubling each time)
 
@@ -124,17 +125,23 @@ def _round_trip(
             conn.disconnect()
             client.connection_pool.release(conn)
         raise
+    failed: BaseException | None = None
     for (client, conn), idx in zip(sent, by_node.values(), strict=True):
         try:
+            if failed is not None:
+                conn.disconnect()  # its replies stay unread: the connection cannot be reused
+                continue
             for i in idx:
                 if i in asking:
                     _read(conn)  # ASKING's OK
                 replies[i] = _read(conn)
-        except BaseException:
+        except BaseException as exc:
+            failed = exc
             conn.disconnect()
-            raise
         finally:
             client.connection_pool.release(conn)
+    if failed is not None:
+        raise failed
 
 
 def _redirections(r: RedisCluster, replies: list[Any], todo: list[int]) -> dict[int, str]:
