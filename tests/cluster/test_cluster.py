@@ -264,7 +264,7 @@ def move_slot(cluster: LocalCluster, key: str, batch: int = 4) -> tuple[int, int
     return src_port, dst_port
 
 
-def test_moving_the_slots_of_a_namespace_being_written_loses_nothing(
+def test_moving_the_slots_of_a_namespace_being_written_and_searched_loses_nothing(
     local_cluster, ctx, cluster_settings
 ):
     ns, total = "moving", 400
@@ -282,9 +282,21 @@ def test_moving_the_slots_of_a_namespace_being_written_loses_nothing(
         except BaseException as exc:
             failures.append(exc)
 
-    producer = threading.Thread(target=produce)
+    searched: list[int] = []
+
+    def search() -> None:
+        try:
+            with MemoryClient(cluster_settings) as mem:
+                while producer.is_alive():
+                    searched.append(len(mem.search("a note about slot 3", namespace=ns, k=5)))
+        except BaseException as exc:
+            failures.append(exc)
+
+    producer, searcher = threading.Thread(target=produce), threading.Thread(target=search)
+    server = SearchServer(ctx).start()
     with draining([ctx]) as drain_failures:
         producer.start()
+        searcher.start()
         while len(stored) < total // 4 and producer.is_alive():
             time.sleep(0.01)
         before = len(stored)
@@ -292,10 +304,13 @@ def test_moving_the_slots_of_a_namespace_being_written_loses_nothing(
         moves.append(move_slot(local_cluster, keys.inbox(keys.shard_of(ns))))  # its shard stream
         meanwhile = len(stored) - before
         producer.join()
+        searcher.join()
         deadline = time.monotonic() + 60
         while ctx.redis.zcard(keys.active(ns)) < total and time.monotonic() < deadline:
             time.sleep(0.05)
+    server.stop()
     assert not failures and not drain_failures
+    assert searched and searched[-1] == 5  # searches were answered all along
     assert all(src != dst for src, dst in moves)
     assert meanwhile > 0, "no store landed while the slots moved"
     assert node_port(local_cluster, keys.active(ns)) == moves[0][1]
