@@ -8,20 +8,19 @@ import time
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from redis import asyncio as aioredis
 from redis.exceptions import ResponseError
 
 from producer import proposals as rv
 from producer import tracing
 from producer import validation as v
 from producer.client import WAIT_SLICE_S, blpop_timeout
+from producer.connection import async_data_redis
 from producer.core import (
     ENQUEUE_LUA,
     MAX_MERGE_HOPS,
     STORE_FIELDS,
     ClientCore,
     Namespaces,
-    async_redis_kwargs,
     redis_errors,
     to_neighbours,
     to_vectors,
@@ -50,12 +49,8 @@ class AsyncMemoryClient:
         self._core = ClientCore(settings or ProducerSettings(**overrides))
         s = self._core.settings
         self.keys = self._core.keys
-        self._redis = aioredis.Redis.from_url(
-            s.redis_url, socket_timeout=s.socket_timeout_s, **async_redis_kwargs(s)
-        )
-        self._blocking = aioredis.Redis.from_url(
-            s.redis_url, socket_timeout=WAIT_SLICE_S + s.socket_timeout_s, **async_redis_kwargs(s)
-        )
+        self._redis = async_data_redis(s, socket_timeout=s.socket_timeout_s)
+        self._blocking = async_data_redis(s, socket_timeout=WAIT_SLICE_S + s.socket_timeout_s)
         self._enqueue = self._redis.register_script(ENQUEUE_LUA)
         self._review_lua = self._redis.register_script(rv.REVIEW_LUA)
 

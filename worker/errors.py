@@ -12,6 +12,7 @@ conditions a worker handles itself extend ``WorkerError``::
       + ServerNotFound           no Redis-protocol server to start (also a FileNotFoundError)
     * WorkerError
       + LeaseLost                the lease expired or was taken mid-work (TRANSIENT)
+      + SlotMoving               a cluster slot moved or is migrating under a commit (TRANSIENT)
       + IndexCorrupt             an index snapshot is missing or unreadable: rebuild from Redis
       + NotFresh                 a namespace was not organised up to a search by its deadline
       + SignatureRejected        a job is not signed with the key of every namespace it names
@@ -24,6 +25,7 @@ A message defaults to the class's docstring.
 
 from __future__ import annotations
 
+from redis.exceptions import AskError, ClusterDownError, TryAgainError
 from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 
@@ -66,6 +68,11 @@ class LeaseLost(WorkerError):
     """The lease expired or was taken while its holder still worked."""
 
 
+class SlotMoving(WorkerError):
+    """A Redis Cluster slot the commit writes moved, or is migrating, to another node; nothing
+    was applied, and the commit is retried once the cluster client learnt where it is."""
+
+
 class IndexCorrupt(WorkerError):
     """The index snapshot is missing or unreadable; rebuild it from Redis."""
 
@@ -94,5 +101,15 @@ class UnknownJob(WorkerError, ValueError):
     """organise() was asked for a job that is not in JOBS."""
 
 
-#: what a task retries with back-off: Redis away or slow, a lease lost, the embedder unreachable
-TRANSIENT = (RedisConnectionError, RedisTimeoutError, LeaseLost, EmbedderUnavailable)
+#: what a task retries with back-off: Redis away or slow, a lease lost, the embedder
+#: unreachable, a cluster slot moving (a redirection, TRYAGAIN, CLUSTERDOWN that got through)
+TRANSIENT = (
+    RedisConnectionError,
+    RedisTimeoutError,
+    LeaseLost,
+    SlotMoving,
+    AskError,
+    TryAgainError,
+    ClusterDownError,
+    EmbedderUnavailable,
+)

@@ -22,9 +22,7 @@ import threading
 from collections.abc import Callable, Iterator
 from typing import Any
 
-from redis import Redis
-
-from producer.core import redis_kwargs
+from producer.connection import data_redis
 from producer.keys import Keys
 from worker.settings import WorkerSettings
 
@@ -216,8 +214,8 @@ class RedisCollector:
     """Gauges read from Redis at scrape time: each shard's backlog, the dead-letter stream."""
 
     def __init__(self, settings: WorkerSettings) -> None:
-        self.keys = Keys(settings.key_prefix, settings.shard_count)
-        self.redis = Redis.from_url(settings.redis_url, **redis_kwargs(settings))
+        self.keys = Keys.of(settings)
+        self.redis = data_redis(settings)
 
     def collect(self) -> Iterator[Any]:
         from prometheus_client.core import GaugeMetricFamily

@@ -9,12 +9,16 @@ from typing import Literal
 
 from pydantic import Field, SecretStr, model_validator
 
+from producer.errors import InvalidSetting
 from producer.settings import ProducerSettings, unknown_variables
+from producer.urls import is_cluster_url
 
 log = logging.getLogger(__name__)
 
 #: ZQ_ variables read outside the settings classes: by the CLI and by the test suite
-OTHER_VARIABLES = frozenset({"ZQ_DEBUG", "ZQ_TEST_REDIS_URL", "ZQ_TEST_SCREENSHOT"})
+OTHER_VARIABLES = frozenset(
+    {"ZQ_DEBUG", "ZQ_TEST_REDIS_URL", "ZQ_TEST_BROKER_URL", "ZQ_TEST_SCREENSHOT"}
+)
 
 _warned: set[str] = set()  #: unknown-variable warnings this process has given
 
@@ -23,7 +27,8 @@ class WorkerSettings(ProducerSettings):
     """Everything a worker or beat process reads from the environment."""
 
     broker_url: str | None = None
-    """Celery broker; unset means redis_url (the broker cannot run on Redis Cluster)."""
+    """Celery broker; unset means redis_url. Celery cannot use a Redis Cluster: with a cluster
+    as redis_url this must name a plain (or Sentinel) Redis, and a cluster URL is refused."""
 
     batch_size: int = Field(default=256, ge=1, le=10_000)
     """Most jobs organised in one batch."""
@@ -327,6 +332,16 @@ class WorkerSettings(ProducerSettings):
     """Most links a note keeps; past it the weakest is dropped from both sides (0 = no cap)."""
 
     @model_validator(mode="after")
+    def _broker_is_no_cluster(self) -> WorkerSettings:
+        if self.broker_url and is_cluster_url(self.broker_url):
+            raise ValueError(
+                "ZQ_BROKER_URL names a Redis Cluster, which Celery cannot use as its broker:"
+                " point it at a plain Redis (redis://host:6379/0); the cluster stays the data"
+                " store in ZQ_REDIS_URL"
+            )
+        return self
+
+    @model_validator(mode="after")
     def _beat_lock_outlives_a_tick(self) -> WorkerSettings:
         if self.beat_lock_s < 2 * self.beat_tick_s:
             raise ValueError(
@@ -351,7 +366,16 @@ class WorkerSettings(ProducerSettings):
 
     @property
     def broker(self) -> str:
-        return self.broker_url or self.redis_url
+        """The Celery broker's URL: broker_url, else redis_url unless that is a cluster
+        (InvalidSetting naming ZQ_BROKER_URL then)."""
+        if self.broker_url:
+            return self.broker_url
+        if self.redis_cluster:
+            raise InvalidSetting(
+                "ZQ_BROKER_URL is unset and ZQ_REDIS_URL is a Redis Cluster, which Celery cannot"
+                " use as its broker: set ZQ_BROKER_URL to a plain Redis (redis://host:6379/0)"
+            )
+        return self.redis_url
 
 
 def warn_unknown_variables(environ: Mapping[str, str]) -> None:

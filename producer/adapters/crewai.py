@@ -23,11 +23,10 @@ from datetime import UTC, datetime
 from typing import Any
 from urllib.parse import parse_qs, urlsplit
 
-from redis import Redis
-
 from producer import validation as v
 from producer.client import MemoryClient
-from producer.core import redis_errors, redis_kwargs
+from producer.connection import data_redis
+from producer.core import redis_errors
 from producer.errors import InvalidInput
 from producer.protocol import note_from_hash
 
@@ -214,9 +213,7 @@ class ZettelqStorage:
         self.namespace = v.check_namespace(namespace or s.default_namespace)
         self.scope_depth = v.check_int(scope_depth, "scope_depth", 0, MAX_SCOPE_DEPTH)
         self._keys = client.keys
-        self._redis = Redis.from_url(
-            s.redis_url, socket_timeout=s.socket_timeout_s, **redis_kwargs(s)
-        )
+        self._redis = data_redis(s, socket_timeout=s.socket_timeout_s)
         self._dirty: set[str] = set()
         self._placed: dict[str, str] = {}  #: record id -> namespace, saved since the last flush
         self._lock = threading.Lock()

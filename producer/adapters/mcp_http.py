@@ -42,13 +42,12 @@ try:
 except ImportError as exc:  # pragma: no cover - only without the extra
     needs = "the MCP server needs the mcp package: pip install 'zettelq[mcp]'"
     raise ModuleNotFoundError(needs, name="mcp") from exc
-from redis import asyncio as aioredis
 
 from producer import validation as v
 from producer.adapters.mcp import REPORTING, TOOLS, build_server
 from producer.adapters.tokens import ANY, AsyncTokenStore, Forbidden, Grant, Unauthenticated
 from producer.async_client import AsyncMemoryClient
-from producer.core import async_redis_kwargs
+from producer.connection import async_data_redis
 from producer.errors import InvalidInput, Unavailable, ZettelqError
 from producer.settings import ProducerSettings
 
@@ -87,9 +86,7 @@ def http_app(
     ``stateless`` keeps no session between requests (replicas behind a load balancer);
     ``host`` is where it listens (loopback turns on the SDK's DNS-rebinding protection)."""
     client = AsyncMemoryClient(settings)
-    redis = aioredis.Redis.from_url(
-        settings.redis_url, socket_timeout=settings.socket_timeout_s, **async_redis_kwargs(settings)
-    )
+    redis = async_data_redis(settings, socket_timeout=settings.socket_timeout_s)
     server = build_server(client, granted_namespace)
     server.custom_route(HEALTH_PATH, methods=["GET"])(health)
     app = server.streamable_http_app(streamable_http_path=path, stateless_http=stateless, host=host)

@@ -29,10 +29,12 @@ from typing import Any
 import redis
 from pydantic import BaseModel, ConfigDict, ValidationError, field_validator
 from redis import asyncio as aioredis
+from redis.cluster import RedisCluster
 from redis.exceptions import ResponseError
 
 from producer import validation as v
-from producer.core import redis_errors, redis_kwargs
+from producer.connection import data_redis
+from producer.core import redis_errors
 from producer.errors import InvalidInput, ProtocolError, ZettelqError
 from producer.keys import Keys
 from producer.settings import ProducerSettings
@@ -159,15 +161,13 @@ def verify(secret: str, token_id: str, raw: Mapping[bytes, bytes]) -> Grant | No
 class TokenStore:
     """Creates, lists, revokes and checks tokens in Redis under one key prefix."""
 
-    def __init__(self, redis: redis.Redis, key_prefix: str) -> None:
+    def __init__(self, redis: redis.Redis | RedisCluster, key_prefix: str) -> None:
         self._redis = redis
         self.keys = Keys(key_prefix)
 
     @classmethod
     def from_settings(cls, settings: ProducerSettings) -> TokenStore:
-        client = redis.Redis.from_url(
-            settings.redis_url, socket_timeout=settings.socket_timeout_s, **redis_kwargs(settings)
-        )
+        client = data_redis(settings, socket_timeout=settings.socket_timeout_s)
         return cls(client, settings.key_prefix)
 
     def close(self) -> None:
@@ -205,6 +205,10 @@ class TokenStore:
             "created_at": repr(grant.created_at),
         }
         with redis_errors():
+            if isinstance(self._redis, RedisCluster):  # two slots: the index entry second
+                self._redis.hset(self.keys.token(token_id), mapping=record)
+                self._redis.sadd(self.keys.tokens(), token_id)
+                return secret, grant
             pipe = self._redis.pipeline(transaction=True)
             pipe.hset(self.keys.token(token_id), mapping=record)
             pipe.sadd(self.keys.tokens(), token_id)
@@ -216,6 +220,10 @@ class TokenStore:
         if not isinstance(token_id, str) or not TOKEN_ID_RE.fullmatch(token_id):
             return False
         with redis_errors():
+            if isinstance(self._redis, RedisCluster):  # two slots: the token itself first
+                deleted = self._redis.delete(self.keys.token(token_id))
+                removed = self._redis.srem(self.keys.tokens(), token_id)
+                return bool(deleted or removed)
             pipe = self._redis.pipeline(transaction=True)
             pipe.delete(self.keys.token(token_id))
             pipe.srem(self.keys.tokens(), token_id)

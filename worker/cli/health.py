@@ -17,10 +17,9 @@ import time
 from collections import Counter
 from collections.abc import Sequence
 
-from redis import Redis
 from redis.exceptions import RedisError
 
-from producer.core import redis_kwargs
+from producer.connection import data_redis
 from producer.keys import Keys
 from producer.settings import ProducerSettings
 from worker.cli.console import Handler
@@ -60,10 +59,8 @@ def verdict(
 
 def read_live(settings: ProducerSettings) -> list[Process]:
     """The live heartbeats in the settings' Redis (raises RedisError when it does not answer)."""
-    keys = Keys(settings.key_prefix, settings.shard_count)
-    r = Redis.from_url(
-        settings.redis_url, socket_timeout=settings.socket_timeout_s, **redis_kwargs(settings)
-    )
+    keys = Keys.of(settings)
+    r = data_redis(settings, socket_timeout=settings.socket_timeout_s)
     try:
         return live_processes(r, keys)
     finally:

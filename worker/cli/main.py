@@ -294,13 +294,12 @@ def _demo(settings: WorkerSettings, args: argparse.Namespace, rest: list[str]) -
 
 
 def _require_supported(settings: WorkerSettings) -> None:
-    from redis import Redis
+    from producer.connection import data_redis
+    from worker.runtime.redis_config import require_supported, servers
 
-    from producer.core import redis_kwargs
-    from worker.runtime.redis_config import require_supported
-
-    with Redis.from_url(settings.redis_url, **redis_kwargs(settings)) as r:
-        require_supported(r)
+    with data_redis(settings) as r:
+        for server in servers(r):
+            require_supported(server)
 
 
 if __name__ == "__main__":

@@ -23,7 +23,7 @@ from rich.live import Live
 from rich.table import Table
 from rich.text import Text
 
-from producer.core import redis_kwargs
+from producer.connection import data_redis
 from producer.errors import InvalidInput
 from producer.keys import Keys
 from producer.validation import check_namespace
@@ -242,8 +242,8 @@ def _top(settings: WorkerSettings, args: argparse.Namespace, rest: list[str]) ->
         raise InvalidInput("--interval must be a number of seconds > 0")
     if args.namespace is not None:
         check_namespace(args.namespace)
-    keys = Keys(settings.key_prefix, settings.shard_count)
-    r = Redis.from_url(settings.redis_url, **redis_kwargs(settings))
+    keys = Keys.of(settings)
+    r = data_redis(settings)
     try:
         shown = frames(r, keys, args.namespace, args.interval)
         if args.json:

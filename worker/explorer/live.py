@@ -16,7 +16,6 @@ import html
 from typing import Any
 from urllib.parse import quote, urlencode
 
-from redis import Redis
 from starlette.applications import Starlette
 from starlette.requests import Request
 from starlette.responses import HTMLResponse, PlainTextResponse, RedirectResponse, Response
@@ -26,7 +25,7 @@ from producer import MemoryClient
 from producer import validation as v
 from producer.adapters.http import errors
 from producer.adapters.tokens import Forbidden, Grant, TokenStore, Unauthenticated
-from producer.core import redis_kwargs
+from producer.connection import data_redis
 from producer.errors import InvalidInput, ZettelqError
 from producer.protocol import Proposal
 from worker.connection import Streams
@@ -44,7 +43,7 @@ def live_app(settings: WorkerSettings, *, review: bool = False) -> Starlette:
     """The explorer: ``GET /{ns}`` and, with ``review``, ``POST /{ns}/proposals/{id}/{action}``."""
     mem = MemoryClient(settings)
     tokens = TokenStore.from_settings(settings)
-    st = Streams(Redis.from_url(settings.redis_url, **redis_kwargs(settings)), mem.keys)
+    st = Streams(data_redis(settings), mem.keys)
 
     def page(request: Request) -> Response:
         ns, secret = _namespace(request), _token(request, request.query_params.get("token"))

@@ -8,6 +8,10 @@ on a shard that a drain holds queue nothing: that drain reads them itself, and l
 backlog again after releasing its lease (``drain_shard``). Drains are then queued only when a
 shard has no drain, or by a drain that hands its shard over, so a shard keeps its worker (and
 that worker's current projection) for as long as the shards outnumber the workers in turn.
+
+On a Redis Cluster the shard streams live in different slots, which one XREAD cannot cover: the
+dispatcher then reads each stream's newest entry id every CLUSTER_POLL_S instead (one pipelined
+round trip per node) and kicks the shards whose id moved.
 """
 
 from __future__ import annotations
@@ -21,7 +25,8 @@ from contextlib import contextmanager
 from redis import Redis
 from redis.exceptions import ResponseError
 
-from producer.core import ENQUEUE_LUA, redis_kwargs
+from producer.connection import data_redis
+from producer.core import ENQUEUE_LUA
 from producer.keys import Keys
 from producer.proposals import REVIEW_LUA
 from worker.daemon import Daemon, Step
@@ -32,6 +37,7 @@ log = logging.getLogger(__name__)
 GROUP = "zq"  #: the consumer group every worker reads shard streams through
 IDLE_CONSUMER_S = 3600.0  #: a group member idle this long, holding no entry, is removed
 PRUNE_EVERY_S = 300.0  #: how often a dispatcher looks for such members
+CLUSTER_POLL_S = 0.05  #: on a Redis Cluster, how often the shard streams' last ids are read
 
 #: KEYS: a shard stream; ARGV: the group, then consumers. Removes each consumer that holds no
 #: pending entry, checked in the same atomic step: one that read entries meanwhile keeps them
@@ -127,21 +133,20 @@ class Dispatcher(Daemon):
     def __init__(self, settings: WorkerSettings, send: Callable[[int], None]) -> None:
         super().__init__()
         self.settings = settings
-        self.keys = Keys(settings.key_prefix, settings.shard_count)
+        self.keys = Keys.of(settings)
         self.send = send
         self._streams = {self.keys.inbox(i): "$" for i in range(self.keys.shard_count)}
         self._shard_of = {self.keys.inbox(i): i for i in range(self.keys.shard_count)}
+        #: on a cluster: each stream's newest entry id at the last poll (None: not polled since
+        #: the start or a failure)
+        self._newest: dict[str, bytes | None] | None = None
         self._next_sweep = 0.0
         self._next_prune = 0.0
 
     @contextmanager
     def session(self) -> Iterator[Step]:
         s = self.settings
-        r = Redis.from_url(
-            s.redis_url,
-            socket_timeout=s.sweep_interval_s + s.socket_timeout_s,
-            **redis_kwargs(s),
-        )
+        r = data_redis(s, socket_timeout=s.sweep_interval_s + s.socket_timeout_s)
         try:
             yield lambda: self._watch(r)
         finally:
@@ -159,6 +164,9 @@ class Dispatcher(Daemon):
             if time.monotonic() >= self._next_prune:
                 prune_consumers(r, self.keys)
                 self._next_prune = time.monotonic() + PRUNE_EVERY_S
+            if self.keys.cluster:
+                self._poll(r)
+                return
             block_ms = int(self.settings.sweep_interval_s * 1000)
             for stream, entries in r.xread(self._streams, block=block_ms) or []:
                 name = stream.decode()
@@ -166,4 +174,23 @@ class Dispatcher(Daemon):
                 kick(r, self.keys, self._shard_of[name], self.settings.lease_s, self.send)
         except Exception:
             self._next_sweep = 0.0
+            self._newest = None
             raise
+
+    def _poll(self, r: Redis) -> None:
+        """The cluster's wait for new entries: each stream's newest id, one round trip per
+        node; kick the shards whose id changed since the last poll (after a failure, every
+        shard holding entries), then pause."""
+        pipe = r.pipeline(transaction=False)
+        for stream in self._streams:
+            pipe.xrevrange(stream, count=1)
+        newest = {
+            stream: (got[0][0] if got else None)
+            for stream, got in zip(self._streams, pipe.execute(), strict=True)
+        }
+        before = self._newest or {}
+        for stream, last in newest.items():
+            if last is not None and last != before.get(stream):
+                kick(r, self.keys, self._shard_of[stream], self.settings.lease_s, self.send)
+        self._newest = newest
+        self._stop.wait(CLUSTER_POLL_S)

@@ -196,8 +196,8 @@ def _commit(
                 after={**notes.public_view(w.fields), "links": len(job.links)},
             )
         pipe.hincrby(keys.stats(ns), "links", links)
-        pipe.sadd(keys.namespaces(), ns)
         pipe.execute()
+    ctx.redis.sadd(keys.namespaces(), ns)  # another slot than the namespace's on a cluster
 
 
 def _fields(ctx: WorkerContext, entry_id: str, job: RestoreJob, seq: int) -> dict[str, Any]:

@@ -25,7 +25,7 @@ from importlib.metadata import PackageNotFoundError, version
 from redis import Redis
 from redis.exceptions import RedisError
 
-from producer.core import redis_kwargs
+from producer.connection import data_redis
 from producer.keys import Keys
 from producer.settings import ProducerSettings
 from worker import daemon
@@ -138,10 +138,8 @@ class ProcessHeartbeat(Daemon):
         state: Callable[[], str] = running,
     ) -> None:
         super().__init__()
-        self.keys = Keys(settings.key_prefix, settings.shard_count)
-        self.redis = Redis.from_url(
-            settings.redis_url, socket_timeout=settings.socket_timeout_s, **redis_kwargs(settings)
-        )
+        self.keys = Keys.of(settings)
+        self.redis = data_redis(settings, socket_timeout=settings.socket_timeout_s)
         self.consumer = consumer or new_consumer()
         self.role, self.state = role, state
         self.started, self.version = time.time(), zettelq_version()

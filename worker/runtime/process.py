@@ -11,9 +11,8 @@ import os
 from typing import Any
 
 from celery import signals
-from redis import Redis
 
-from producer.core import redis_kwargs
+from producer.connection import data_redis
 from worker import metrics, tracing
 from worker.context import WorkerContext
 from worker.errors import UnsupportedRedis
@@ -54,7 +53,7 @@ def _on_pool_process(**_: object) -> None:
 
 @signals.worker_ready.connect
 def _on_worker_ready(sender: Any = None, **_: object) -> None:
-    with Redis.from_url(settings.redis_url, **redis_kwargs(settings)) as r:
+    with data_redis(settings) as r:
         try:
             redis_config.check_at_start(r)
         except UnsupportedRedis as exc:

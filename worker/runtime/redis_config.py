@@ -15,6 +15,7 @@ from collections.abc import Mapping
 from pathlib import PurePath
 
 from redis import Redis
+from redis.cluster import RedisCluster
 from redis.exceptions import RedisError, ResponseError
 
 from worker.errors import UnsupportedRedis
@@ -148,9 +149,18 @@ def _listpack_advice(found: Mapping[str, str]) -> str:
     )
 
 
-def check_at_start(r: Redis) -> None:
+def check_at_start(r: Redis | RedisCluster) -> None:
     """Refuse a server older than MIN_VERSION (UnsupportedRedis), then log each advice() line as
-    a warning. Called once per process that serves (worker main process, searcher)."""
-    require_supported(r)
-    for line in advice(r):
-        log.warning("%s", line)
+    a warning; on a Redis Cluster, for each primary. Called once per process that serves
+    (worker main process, searcher)."""
+    for server in servers(r):
+        require_supported(server)
+        for line in advice(server):
+            log.warning("%s", line)
+
+
+def servers(r: Redis | RedisCluster) -> list[Redis]:
+    """``r`` itself, or a client of each primary of a Redis Cluster."""
+    if isinstance(r, RedisCluster):
+        return [r.get_redis_connection(node) for node in r.get_primaries()]
+    return [r]

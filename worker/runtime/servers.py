@@ -19,7 +19,7 @@ from redis import Redis
 from redis.client import Pipeline
 from redis.exceptions import RedisError, ResponseError
 
-from producer.core import redis_kwargs
+from producer.connection import data_redis
 from producer.errors import ProtocolError
 from producer.protocol import Reply, SearchJob, pack, unpack
 from worker import metrics, tracing
@@ -157,11 +157,7 @@ class JobServer(Daemon):
     @contextmanager
     def session(self) -> Iterator[Callable[[], bool]]:
         s = self.ctx.settings
-        conn = Redis.from_url(
-            s.redis_url,
-            socket_timeout=POLL_S + s.socket_timeout_s,
-            **redis_kwargs(s),
-        )
+        conn = data_redis(s, socket_timeout=POLL_S + s.socket_timeout_s)
         try:
             yield self.server(conn)
         finally:

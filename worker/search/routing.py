@@ -104,7 +104,8 @@ class Heartbeat(Daemon):
         keys, me = self.ctx.keys, self.ctx.consumer
         with suppress(RedisError):
             pipe = self.ctx.redis.pipeline(transaction=False)
-            pipe.delete(keys.searcher(me), keys.search_stats(me))
+            pipe.delete(keys.searcher(me))
+            pipe.delete(keys.search_stats(me))
             pipe.zrem(keys.searchers(), me)
             pipe.execute()
 

@@ -5,26 +5,61 @@ reply through its response callbacks. These pipelines keep redis-py's command me
 callers queue ``pipe.hset(...)``, ``pipe.hmget(...)`` as usual) but pack the whole batch with
 hiredis in C and return the raw replies: bytes, ints, None and lists (on RESP2, HGETALL gives
 ``[field, value, ...]``, which ``fields`` turns into a dict).
+
+On a Redis Cluster a BulkPipeline sends each node the commands of the slots it serves (all
+nodes first, then the replies are read) and follows MOVED, ASK and TRYAGAIN replies itself; a
+BulkTransaction runs on the node of one slot (``node_of``), which all its keys must share.
 """
 
 from __future__ import annotations
 
+import logging
+import time
+from collections import defaultdict
 from typing import Any
 
 import hiredis
 from redis import Redis
 from redis.client import Pipeline
+from redis.cluster import RedisCluster
 from redis.connection import Connection
-from redis.exceptions import ResponseError, WatchError
+from redis.exceptions import AskError, MovedError, ResponseError, TryAgainError, WatchError
+
+log = logging.getLogger(__name__)
 
 Commands = list[tuple[tuple[Any, ...], Any]]
+
+
+#: how often a cluster BulkPipeline resends the commands a node redirected (MOVED, ASK,
+#: TRYAGAIN) before ``execute()`` raises the redirection (TRANSIENT for a task): a slot
+#: migrating under load settles in far fewer rounds
+REDIRECTS = 20
+TRYAGAIN_S = 0.01  #: first wait before resending after TRYAGAIN (doubling each time)
+
+
+def node_of(r: Redis | RedisCluster, key: str) -> Redis:
+    """The client of the Redis that holds ``key``: ``r`` itself, or on a cluster the client of
+    the node serving the key's slot (as the cluster client last learnt it)."""
+    if isinstance(r, RedisCluster):
+        return r.get_redis_connection(r.get_node_from_key(key))
+    return r
 
 
 class BulkPipeline(Pipeline):  # type: ignore[misc]  # redis-py's Pipeline is untyped
     """A plain (non-transactional) pipeline returning raw replies; raises the first error."""
 
-    def __init__(self, r: Redis) -> None:
-        super().__init__(r.connection_pool, r.response_callbacks, False, None)
+    def __init__(self, r: Redis | RedisCluster) -> None:
+        self._cluster = r if isinstance(r, RedisCluster) else None
+        base = node_of(r, "") if self._cluster is not None else r
+        super().__init__(base.connection_pool, base.response_callbacks, False, None)
+
+    def execute(self, raise_on_error: bool = True) -> list[Any]:
+        if self._cluster is None:
+            return list(super().execute(raise_on_error))
+        try:
+            return _raise_first(_execute_on_cluster(self._cluster, self.command_stack))
+        finally:
+            self.reset()
 
     def queue(self, *args: Any) -> None:
         """Queue one command given as its arguments (``queue("HMGET", key, *names)``), past
@@ -36,6 +71,109 @@ class BulkPipeline(Pipeline):  # type: ignore[misc]  # redis-py's Pipeline is un
     ) -> list[Any]:
         connection.send_packed_command([_pack(commands)])
         return _raise_first([_read(connection) for _ in commands])
+
+
+def _execute_on_cluster(r: RedisCluster, commands: Commands) -> list[Any]:
+    """The raw replies of ``commands`` sent to the nodes of their slots, every node's share in
+    one write before any reply is read; commands a node redirects are resent where it says."""
+    replies: list[Any] = [None] * len(commands)
+    todo = list(range(len(commands)))
+    asking: dict[int, str] = {}  #: command -> the node (host:port) an ASK sent it to
+    wait_s = TRYAGAIN_S
+    for _ in range(REDIRECTS):
+        _round_trip(r, commands, _by_node(r, commands, todo, asking), asking, replies)
+        todo = [i for i in todo if isinstance(replies[i], AskError | TryAgainError)]
+        if not todo:
+            break
+        log.debug("%d of %d commands redirected; resending", len(todo), len(commands))
+        asking = _redirections(r, replies, todo)
+        if any(isinstance(replies[i], TryAgainError) for i in todo):
+            time.sleep(wait_s)
+            wait_s *= 2
+    return replies
+
+
+def _by_node(
+    r: RedisCluster, commands: Commands, todo: list[int], asking: dict[int, str]
+) -> dict[str, list[int]]:
+    """The commands ``todo`` by the node to send them to: where an ASK said, else the node of
+    their slot."""
+    by_node: dict[str, list[int]] = defaultdict(list)
+    for i in todo:
+        name = (
+            asking.get(i)
+            or r.nodes_manager.get_node_from_slot(r.determine_slot(*commands[i][0])).name
+        )
+        by_node[name].append(i)
+    return by_node
+
+
+def _round_trip(
+    r: RedisCluster,
+    commands: Commands,
+    by_node: dict[str, list[int]],
+    asking: dict[int, str],
+    replies: list[Any],
+) -> None:
+    """Write each node its commands, then read every node's replies into ``replies``."""
+    sent: list[tuple[Redis, Connection]] = []
+    try:
+        for name, idx in by_node.items():
+            sent.append(_send(r, name, [commands[i] for i in idx], asking, idx))
+    except BaseException:
+        for client, conn in sent:  # replies left unread: these connections cannot be reused
+            conn.disconnect()
+            client.connection_pool.release(conn)
+        raise
+    failed: BaseException | None = None
+    for (client, conn), idx in zip(sent, by_node.values(), strict=True):
+        try:
+            if failed is not None:
+                conn.disconnect()  # its replies stay unread: the connection cannot be reused
+                continue
+            for i in idx:
+                if i in asking:
+                    _read(conn)  # ASKING's OK
+                replies[i] = _read(conn)
+        except BaseException as exc:
+            failed = exc
+            conn.disconnect()
+        finally:
+            client.connection_pool.release(conn)
+    if failed is not None:
+        raise failed
+
+
+def _redirections(r: RedisCluster, replies: list[Any], todo: list[int]) -> dict[int, str]:
+    """Where the ASK replies among ``todo`` send their commands; after a MOVED the client's map
+    of slots is relearnt first."""
+    if any(isinstance(replies[i], MovedError) for i in todo):
+        r.nodes_manager.initialize()
+    return {i: f"{replies[i].host}:{replies[i].port}" for i in todo if type(replies[i]) is AskError}
+
+
+def _send(
+    r: RedisCluster, name: str, commands: Commands, asking: dict[int, str], idx: list[int]
+) -> tuple[Redis, Connection]:
+    """Write ``commands`` (each one an ASK redirected preceded by ASKING) to node ``name``;
+    the node's client and the connection to read the replies from."""
+    node = r.nodes_manager.get_node(node_name=name)
+    if node is None:  # a node the client has not met yet: one joined the cluster
+        r.nodes_manager.initialize()
+        node = r.nodes_manager.get_node(node_name=name)
+    client = r.get_redis_connection(node)
+    conn = client.connection_pool.get_connection()
+    packed = b"".join(
+        (hiredis.pack_command(("ASKING",)) if i in asking else b"") + hiredis.pack_command(args)
+        for i, (args, _) in zip(idx, commands, strict=True)
+    )
+    try:
+        conn.send_packed_command([packed])
+    except BaseException:
+        conn.disconnect()
+        client.connection_pool.release(conn)
+        raise
+    return client, conn
 
 
 def _pack(commands: Commands) -> bytes:

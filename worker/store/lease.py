@@ -18,11 +18,18 @@ from typing import Any
 
 from redis import Redis
 from redis.client import Pipeline
+from redis.cluster import RedisCluster
 from redis.connection import Connection
-from redis.exceptions import RedisError, WatchError
+from redis.exceptions import (
+    AskError,
+    ClusterDownError,
+    RedisError,
+    TryAgainError,
+    WatchError,
+)
 
-from worker.errors import LeaseLost
-from worker.store.bulk import BulkTransaction, Commands
+from worker.errors import LeaseLost, SlotMoving
+from worker.store.bulk import BulkTransaction, Commands, node_of
 
 log = logging.getLogger(__name__)
 
@@ -41,7 +48,7 @@ MAX_KEPT_TTLS = 30
 class Lease:
     """``with Lease(r, key, ttl_s).wait(timeout_s):`` or ``if lease.acquire(): ...``."""
 
-    def __init__(self, r: Redis, key: str, ttl_s: float, owner: str = "") -> None:
+    def __init__(self, r: Redis | RedisCluster, key: str, ttl_s: float, owner: str = "") -> None:
         self.r = r
         self.key = key
         self.ttl_ms = int(ttl_s * 1000)
@@ -82,7 +89,7 @@ class Lease:
 
     def queue_renew(self, pipe: Pipeline) -> None:
         """Queue a renewal in the caller's pipeline; pass its reply to ``renewed``."""
-        pipe.eval(RENEW_LUA, 1, self.key, self.token, self.ttl_ms)
+        pipe.execute_command("EVAL", RENEW_LUA, 1, self.key, self.token, self.ttl_ms)
 
     def renewed(self, reply: object) -> None:
         """Check the reply of a renewal: LeaseLost (and no longer held) when the lease is gone."""
@@ -124,8 +131,16 @@ class Lease:
         transaction then renews it as its last command. A holder whose lease expired or was
         taken after that read cannot commit over the worker that took it over: the WATCH
         aborts the EXEC, which raises LeaseLost. ``execute()`` returns the raw replies of the
-        caller's commands (see BulkTransaction)."""
-        with self._renewing, _RenewingTransaction(self.r, self.key, self.ttl_ms) as pipe:
+        caller's commands (see BulkTransaction).
+
+        On a Redis Cluster the transaction runs on the node of the lease's slot, which every
+        key it writes shares (the namespace's hash tag). When that slot moved or is migrating,
+        nothing is applied: SlotMoving, after the client has relearnt the cluster's layout."""
+        with (
+            self._renewing,
+            _moving(self.r),
+            _RenewingTransaction(node_of(self.r, self.key), self.key, self.ttl_ms) as pipe,
+        ):
             if pipe.watch_get(self.key) != self.token:
                 self.held = False
                 raise LeaseLost(f"lost {self.key}")
@@ -142,7 +157,7 @@ class Lease:
         if pipe is None:
             pipe = self.r.pipeline(transaction=False)
         if self.held:
-            pipe.eval(RELEASE_LUA, 1, self.key, self.token)
+            pipe.execute_command("EVAL", RELEASE_LUA, 1, self.key, self.token)
         pipe.execute()
         self.held = False
 
@@ -158,6 +173,19 @@ class Lease:
         tb: TracebackType | None,
     ) -> None:
         self.release()
+
+
+@contextmanager
+def _moving(r: Redis | RedisCluster) -> Iterator[None]:
+    """Turn a cluster's redirection of a transaction (MOVED, ASK, TRYAGAIN, CLUSTERDOWN) into
+    SlotMoving, refreshing the client's map of slots first."""
+    try:
+        yield
+    except (AskError, TryAgainError, ClusterDownError) as exc:
+        log.info("a commit met a moving cluster slot (%s); it is retried", exc)
+        if isinstance(r, RedisCluster):
+            r.nodes_manager.initialize()
+        raise SlotMoving(f"{exc}; retrying where the slot now is") from exc
 
 
 class _RenewingTransaction(BulkTransaction):

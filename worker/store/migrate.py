@@ -67,7 +67,8 @@ def _convert(ctx: WorkerContext, key: bytes, meta_key: str) -> int:
     weights, metas = pipe.execute()
     packed = {nb: pack_link(float(w), _meta(metas.get(nb))) for nb, w in weights}
     with r.pipeline(transaction=True) as tx:
-        tx.delete(key, meta_key)
+        tx.delete(key)
+        tx.delete(meta_key)
         if packed:
             tx.hset(key, mapping=packed)
         tx.execute()

@@ -26,7 +26,8 @@ from pydantic import ValidationError
 from redis import Redis
 
 from producer import validation as v
-from producer.core import ENQUEUE_LUA, ClientCore, redis_errors, redis_kwargs
+from producer.connection import data_redis
+from producer.core import ENQUEUE_LUA, ClientCore, redis_errors
 from producer.errors import Backpressure, InvalidInput
 from producer.protocol import PROTOCOL_VERSION, RestoreJob, pack
 from worker.intake.restore import check_restore
@@ -121,9 +122,7 @@ def import_stream(
     the lines before it) unless ``skip_errors``, which counts and logs it instead."""
     core = ClientCore(settings)
     target = Target(core.namespace(ns), settings, core)
-    r = Redis.from_url(
-        settings.redis_url, socket_timeout=settings.socket_timeout_s, **redis_kwargs(settings)
-    )
+    r = data_redis(settings, socket_timeout=settings.socket_timeout_s)
     try:
         fmt, parsed = parse(target, stream, fmt)
         summary = Summary(fmt)

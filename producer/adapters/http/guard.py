@@ -5,13 +5,12 @@ from __future__ import annotations
 import re
 from urllib.parse import unquote
 
-from redis import asyncio as aioredis
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from producer.adapters.http.errors import PayloadTooLarge, error_response
 from producer.adapters.tokens import AsyncTokenStore, Grant, Unauthenticated
 from producer.async_client import AsyncMemoryClient
-from producer.core import async_redis_kwargs
+from producer.connection import async_data_redis
 from producer.errors import InvalidInput, ZettelqError
 from producer.settings import ProducerSettings
 
@@ -27,11 +26,7 @@ class Resources:
     def __init__(self, settings: ProducerSettings) -> None:
         self.settings = settings
         self.client = AsyncMemoryClient(settings)
-        self._redis = aioredis.Redis.from_url(
-            settings.redis_url,
-            socket_timeout=settings.socket_timeout_s,
-            **async_redis_kwargs(settings),
-        )
+        self._redis = async_data_redis(settings, socket_timeout=settings.socket_timeout_s)
         self.tokens = AsyncTokenStore(self._redis, settings.key_prefix)
 
     async def aclose(self) -> None:

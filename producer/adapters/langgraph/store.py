@@ -9,8 +9,6 @@ from typing import Any
 
 from langgraph.store.base import BaseStore, Op, PutOp, Result, SearchOp
 from langgraph.store.base.batch import AsyncBatchedBaseStore
-from redis import Redis
-from redis import asyncio as aioredis
 from redis.exceptions import NoScriptError
 
 from producer.adapters.langgraph.mapping import (
@@ -36,7 +34,8 @@ from producer.adapters.langgraph.query import (
 )
 from producer.async_client import AsyncMemoryClient
 from producer.client import MemoryClient
-from producer.core import ENQUEUE_LUA, ClientCore, async_redis_kwargs, redis_errors, redis_kwargs
+from producer.connection import async_data_redis, data_redis
+from producer.core import ENQUEUE_LUA, ClientCore, redis_errors
 from producer.protocol import Hit
 
 __all__ = ["AsyncZettelqStore", "ZettelqStore"]
@@ -68,9 +67,7 @@ class ZettelqStore(BaseStore):
         self._client = client
         self._core = ClientCore(s)
         self._fields = list(fields or DEFAULT_FIELDS)
-        self._redis = Redis.from_url(
-            s.redis_url, socket_timeout=s.socket_timeout_s, **redis_kwargs(s)
-        )
+        self._redis = data_redis(s, socket_timeout=s.socket_timeout_s)
         self._enqueue = self._redis.register_script(ENQUEUE_LUA)
         self._tracker = WriteTracker(agent)
 
@@ -200,9 +197,7 @@ class AsyncZettelqStore(AsyncBatchedBaseStore):
         self._client = client
         self._core = ClientCore(s)
         self._fields = list(fields or DEFAULT_FIELDS)
-        self._redis = aioredis.Redis.from_url(
-            s.redis_url, socket_timeout=s.socket_timeout_s, **async_redis_kwargs(s)
-        )
+        self._redis = async_data_redis(s, socket_timeout=s.socket_timeout_s)
         self._enqueue = self._redis.register_script(ENQUEUE_LUA)
         self._tracker = WriteTracker(agent)
 
