@@ -1,6 +1,9 @@
-"""Drain scaling: how many notes/s 1 and 2 worker processes organise from a queued backlog.
+"""Drain scaling: how many notes/s 1, 2 (or more) worker processes organise from a queued
+backlog, and the CPU each organised note costs the workers and Redis.
 
-Run from the repo root: ``PYTHONPATH=. .venv/bin/python bench/drain.py`` (about 4 minutes).
+Run from the repo root: ``PYTHONPATH=. .venv/bin/python bench/drain.py`` (about 4 minutes);
+``--workers 1,2,4`` for more counts, ``--cluster`` for the data on a throwaway 3-master Redis
+Cluster (redis-server and redis-cli on PATH; AOF on each node, the broker a separate server).
 
 For each worker count, a fresh redis-server (AOF on, ``appendfsync everysec``, as
 deploy/redis.conf) gets ``--namespaces`` namespaces on as many different shards, ``--notes``
@@ -8,8 +11,9 @@ notes each, queued before any worker starts (``load.py``'s texts, or ``foundatio
 ``--corpus foundation``). Then ``zettelq worker`` processes are started and ``stats()`` is
 polled every 0.2 s; the rate counts the notes organised between the first poll that sees one and
 the poll that sees all (worker start-up excluded). CPU seconds of the worker processes and of
-Redis over that span are read from /proc, with the AOF rewrites Redis ran in it (each forks a
-child that writes the whole data set again, whose CPU the /proc reading misses once it exits).
+Redis (every node of a cluster) over that span are read from /proc and divided by the notes
+organised in it, with the AOF rewrites Redis ran in it (each forks a child that writes the whole
+data set again, whose CPU the /proc reading misses once it exits).
 Unlike ``load.py``, no producer or search competes with the workers for the host's cores, so this
 isolates how organisation itself scales out.
 """
@@ -24,6 +28,8 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 from redis import Redis
@@ -32,7 +38,7 @@ from bench.foundation import Corpus
 from bench.load import _text, cpu_s
 from producer import MemoryClient, ProducerSettings
 from producer.keys import Keys
-from worker.runtime.devserver import EmbeddedRedis
+from worker.runtime.devserver import EmbeddedRedis, ThrowawayCluster
 
 log = logging.getLogger("bench.drain")
 
@@ -54,11 +60,27 @@ def namespaces(prefix: str, count: int) -> list[str]:
     return names
 
 
+@contextmanager
+def data_store(args: argparse.Namespace, tmp: Path) -> Iterator[tuple[str, str, list[Redis]]]:
+    """(data URL, broker URL, a client of each data server): one AOF ``everysec`` redis-server
+    that is its own broker, or with ``--cluster`` a throwaway 3-master cluster (AOF on each
+    node) and a separate broker."""
+    if not args.cluster:
+        with EmbeddedRedis(appendonly=True, data_dir=tempfile.mkdtemp(dir=tmp)) as server:
+            yield server.url, server.url, [Redis.from_url(server.url)]
+        return
+    with (
+        ThrowawayCluster(Path(tempfile.mkdtemp(dir=tmp)), appendonly=True) as cluster,
+        EmbeddedRedis(data_dir=tempfile.mkdtemp(dir=tmp)) as broker,
+    ):
+        yield cluster.url, broker.url, [cluster.node(port) for port in cluster.ports]
+
+
 def run(workers: int, args: argparse.Namespace, tmp: Path) -> dict[str, float]:
-    with EmbeddedRedis(appendonly=True, data_dir=tempfile.mkdtemp(dir=tmp)) as server:
+    with data_store(args, tmp) as (url, broker, nodes):
         prefix = f"drain{workers}"
         settings = ProducerSettings(
-            redis_url=server.url, key_prefix=prefix, shard_count=SHARD_COUNT, max_pending=10**8
+            redis_url=url, key_prefix=prefix, shard_count=SHARD_COUNT, max_pending=10**8
         )
         names = namespaces(prefix, args.namespaces)
         rng, corpus = random.Random(1), Corpus(11)
@@ -72,7 +94,8 @@ def run(workers: int, args: argparse.Namespace, tmp: Path) -> dict[str, float]:
                     mem.store_many(texts[start : start + CHUNK], namespace=ns)
             env = {
                 **os.environ,
-                "ZQ_REDIS_URL": server.url,
+                "ZQ_REDIS_URL": url,
+                "ZQ_BROKER_URL": broker,
                 "ZQ_KEY_PREFIX": prefix,
                 "ZQ_SHARD_COUNT": str(SHARD_COUNT),
                 "ZQ_INDEX_DIR": str(tmp / f"index{workers}"),
@@ -83,7 +106,7 @@ def run(workers: int, args: argparse.Namespace, tmp: Path) -> dict[str, float]:
                 for _ in range(workers)
             ]
             try:
-                return measure(mem, names, args.namespaces * args.notes, procs, server)
+                return measure(mem, names, args.namespaces * args.notes, procs, nodes)
             finally:
                 for proc in procs:
                     proc.terminate()
@@ -96,29 +119,32 @@ def measure(
     names: list[str],
     total: int,
     procs: list[subprocess.Popen[bytes]],
-    server: EmbeddedRedis,
+    nodes: list[Redis],
 ) -> dict[str, float]:
-    r = Redis.from_url(server.url)
-    redis_pid = int(r.info("server")["process_id"])
-    rewrites = int(r.info("persistence")["aof_rewrites"])
+    redis_pids = [int(r.info("server")["process_id"]) for r in nodes]
+    rewrites = sum(int(r.info("persistence")["aof_rewrites"]) for r in nodes)
     first: tuple[float, int, float, float] | None = None
     while True:
         done = sum(mem.stats(ns).notes for ns in names)
         now = time.monotonic()
         workers_cpu = sum(cpu_s(p.pid) for p in procs)
+        redis_cpu = sum(cpu_s(pid) for pid in redis_pids)
         if first is None and done:
-            first = (now, done, workers_cpu, cpu_s(redis_pid))
+            first = (now, done, workers_cpu, redis_cpu)
         if first is not None and done >= total:
-            span = now - first[0]
+            span, notes = now - first[0], done - first[1]
             return {
-                "notes/s": (done - first[1]) / span,
+                "notes/s": notes / span,
                 "seconds": span,
                 "worker cpu s": workers_cpu - first[2],
-                "redis cpu s": cpu_s(redis_pid) - first[3],
-                "aof rewrites": int(r.info("persistence")["aof_rewrites"]) - rewrites,
+                "redis cpu s": redis_cpu - first[3],
+                "worker cpu ms/note": 1000 * (workers_cpu - first[2]) / notes,
+                "redis cpu ms/note": 1000 * (redis_cpu - first[3]) / notes,
+                "aof rewrites": sum(int(r.info("persistence")["aof_rewrites"]) for r in nodes)
+                - rewrites,
             }
         if any(p.poll() is not None for p in procs):
-            raise RuntimeError(f"a worker exited; see the log of {server.url}")
+            raise RuntimeError("a worker exited")
         time.sleep(POLL_S)
 
 
@@ -128,6 +154,9 @@ def main() -> int:
     p.add_argument("--namespaces", type=int, default=4)
     p.add_argument("--workers", default="1,2", help="worker process counts to run, in order")
     p.add_argument("--corpus", choices=("load", "foundation"), default="load")
+    p.add_argument(
+        "--cluster", action="store_true", help="the data on a throwaway 3-master Redis Cluster"
+    )
     args = p.parse_args()
     logging.basicConfig(stream=sys.stdout, level=logging.INFO, format="%(message)s")
     rows = []
@@ -136,17 +165,18 @@ def main() -> int:
             row = run(workers, args, Path(tmp))
             rows.append(row)
             log.info(
-                "workers=%d: %.0f notes/s over %.1f s; worker CPU %.1f s, Redis CPU %.1f s, "
-                "%d AOF rewrites",
+                "workers=%d: %.0f notes/s over %.1f s (%.2fx one worker); worker CPU %.1f s "
+                "(%.3f ms/note), Redis CPU %.1f s (%.3f ms/note), %d AOF rewrites",
                 workers,
                 row["notes/s"],
                 row["seconds"],
+                row["notes/s"] / rows[0]["notes/s"],
                 row["worker cpu s"],
+                row["worker cpu ms/note"],
                 row["redis cpu s"],
+                row["redis cpu ms/note"],
                 row["aof rewrites"],
             )
-    if len(rows) > 1:
-        log.info("notes/s ratio: %.2f", rows[1]["notes/s"] / rows[0]["notes/s"])
     log.info("cpus=%d namespaces=%d notes each=%d", os.cpu_count(), args.namespaces, args.notes)
     return 0
 

@@ -17,7 +17,6 @@ import pytest
 
 from producer import AsyncMemoryClient, MemoryClient, NotFound
 from producer.keys import Keys
-from tests.cluster.conftest import LocalCluster
 from tests.conftest import make_settings, session_redis_url
 from tests.integration.test_consolidation import OTHER, SOLAR
 from tests.integration.test_store_search import SEED_000
@@ -26,6 +25,7 @@ from worker.errors import TRANSIENT
 from worker.intake.dispatch import Dispatcher
 from worker.intake.drain import drain_shard
 from worker.organise.periodic import JOBS, run_periodic
+from worker.runtime.devserver import ThrowawayCluster as LocalCluster
 from worker.runtime.organiser import OrganiseServer
 from worker.runtime.servers import SearchServer
 from worker.settings import WorkerSettings

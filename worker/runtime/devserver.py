@@ -297,6 +297,139 @@ class EmbeddedRedis:
         return "\n".join(lines[-LOG_TAIL_LINES:])
 
 
+CLUSTER_READY_S = 30.0  #: how long a throwaway cluster may take to reach cluster_state:ok
+
+
+class ThrowawayCluster:
+    """A Redis Cluster of ``masters`` redis-server processes on free loopback ports from
+    ``first_port`` up (each with its cluster bus at port + 10000), joined by ``redis-cli
+    --cluster create``, in ``data_dir``; for tests and benchmarks. ``appendonly`` turns AOF on
+    (``appendfsync everysec``, as deploy/redis.conf). Stopped by ``stop()`` or a with block."""
+
+    def __init__(
+        self, data_dir: Path, masters: int = 3, first_port: int = 17000, appendonly: bool = False
+    ) -> None:
+        self.data_dir = data_dir
+        self.masters = masters
+        self.first_port = first_port
+        self.appendonly = appendonly
+        self.ports: list[int] = []
+        self._procs: list[subprocess.Popen[bytes]] = []
+
+    @property
+    def url(self) -> str:
+        return "redis+cluster://" + ",".join(f"127.0.0.1:{p}" for p in self.ports)
+
+    def node(self, port: int) -> Redis:
+        return _node(port)
+
+    def pids(self) -> list[int]:
+        return [proc.pid for proc in self._procs]
+
+    def cli(self, *args: str) -> str:
+        """``redis-cli ARGS``' output (raises CalledProcessError when it fails)."""
+        out = subprocess.run(
+            ["redis-cli", *args], check=True, capture_output=True, text=True, timeout=120
+        )
+        return out.stdout
+
+    def __enter__(self) -> ThrowawayCluster:
+        return self.start()
+
+    def __exit__(self, *_: object) -> None:
+        self.stop()
+
+    def start(self) -> ThrowawayCluster:
+        if not shutil.which("redis-server") or not shutil.which("redis-cli"):
+            raise ServerNotFound("a throwaway cluster needs redis-server and redis-cli on PATH")
+        self.ports = _cluster_ports(self.first_port, self.masters)
+        try:
+            for port in self.ports:
+                self._procs.append(self._spawn_node(port))
+            for port in self.ports:
+                _wait_for_ping(port)
+            addresses = [f"127.0.0.1:{p}" for p in self.ports]
+            self.cli("--cluster", "create", *addresses, "--cluster-replicas", "0", "--cluster-yes")
+            _wait_cluster_ok(self.ports)
+        except BaseException:
+            self.stop()
+            raise
+        return self
+
+    def stop(self) -> None:
+        for proc in self._procs:
+            proc.terminate()
+        for proc in self._procs:
+            proc.wait(timeout=10)
+        self._procs.clear()
+
+    def _spawn_node(self, port: int) -> subprocess.Popen[bytes]:
+        work = self.data_dir / str(port)
+        work.mkdir(parents=True, exist_ok=True)
+        aof = ["--appendonly", "no"]
+        if self.appendonly:  # as deploy/redis.conf, and as EmbeddedRedis
+            aof = ["--appendonly", "yes", "--appendfsync", "everysec"]
+            aof += ["--auto-aof-rewrite-min-size", "1gb"]
+        command = [
+            "redis-server",
+            *("--port", str(port), "--bind", "127.0.0.1", "--dir", str(work), "--save", ""),
+            *("--cluster-enabled", "yes", "--cluster-config-file", str(work / "nodes.conf")),
+            *("--cluster-node-timeout", "5000", "--hash-max-listpack-value", "256", *aof),
+        ]
+        return subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+
+
+def _node(port: int) -> Redis:
+    return Redis(host="127.0.0.1", port=port)
+
+
+def _port_free(port: int) -> bool:
+    """Whether redis-server can listen on ``port`` and on its cluster bus, ``port`` + 10000
+    (with SO_REUSEADDR, as it does: a port a previous run left in TIME_WAIT is free)."""
+    for candidate in (port, port + 10000):
+        with socket.socket() as s:
+            s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+            try:
+                s.bind(("127.0.0.1", candidate))
+            except OSError:
+                return False
+    return True
+
+
+def _cluster_ports(first: int, count: int) -> list[int]:
+    ports = [port for port in range(first, first + 500) if _port_free(port)][:count]
+    if len(ports) < count:
+        raise RuntimeError(f"no {count} free ports (with their bus ports) from {first} up")
+    return ports
+
+
+def _wait_for_ping(port: int) -> None:
+    deadline = time.monotonic() + CLUSTER_READY_S
+    while True:
+        try:
+            _node(port).ping()
+            return
+        except RedisError:
+            if time.monotonic() > deadline:
+                raise
+            time.sleep(0.05)
+
+
+def _wait_cluster_ok(ports: list[int]) -> None:
+    deadline = time.monotonic() + CLUSTER_READY_S
+    while time.monotonic() < deadline:
+        try:
+            info = [
+                Redis(host="127.0.0.1", port=p).execute_command("CLUSTER", "INFO") for p in ports
+            ]
+        except RedisError:
+            info = []
+        if info and all(b"cluster_state:ok" in i for i in info):
+            return
+        time.sleep(0.1)
+    raise RuntimeError(f"the cluster on {ports} did not reach cluster_state:ok")
+
+
 def ensure_redis(url: str, data_dir: str | None = None) -> EmbeddedRedis | None:
     """Start an EmbeddedRedis on url's port unless a Redis already answers there (then None).
 
