@@ -17,7 +17,7 @@ from collections import Counter
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import TYPE_CHECKING, Protocol
+from typing import Protocol
 
 import msgpack
 import numpy as np
@@ -29,9 +29,6 @@ from worker.index.changelog import read_change, stream_pos
 from worker.index.lexical import LexicalIndex, analyze
 from worker.index.vector import VectorIndex
 from worker.settings import WorkerSettings
-
-if TYPE_CHECKING:
-    from redis.client import Pipeline
 
 log = logging.getLogger(__name__)
 
@@ -204,8 +201,8 @@ def _add_from_notes(ctx: Source, proj: Projection, members: list[tuple[str, int]
 def catch_up(ctx: Source, proj: Projection, prefetched: Prefetched | None = None) -> int:
     """Apply change-log entries after ``proj.position``; rebuild if some were trimmed away.
 
-    ``prefetched`` is (position, entries) as a caller read them after that position (see
-    ``read_after``); they save the first round trip while the projection is still there."""
+    ``prefetched`` is (position, entries) as a caller read them after that position (the search's
+    first round trip does); they save a round trip while the projection is still there."""
     r, key = ctx.redis, ctx.keys.changes(proj.ns)
     applied = 0
     while True:
@@ -225,14 +222,6 @@ def catch_up(ctx: Source, proj: Projection, prefetched: Prefetched | None = None
         applied += len(entries)
         if not fetched_in_full:
             return applied
-
-
-def read_after(pipe: Pipeline, ctx: Source, proj: Projection) -> str:
-    """Queue the read of the change-log entries after the projection's position on ``pipe``
-    and return that position: (position, the read's result) is ``catch_up``'s ``prefetched``."""
-    position = proj.position
-    pipe.xrange(ctx.keys.changes(proj.ns), min=f"({position}", count=CATCH_UP_CHUNK)
-    return position
 
 
 def _trimmed_past(ctx: Source, proj: Projection) -> bool:

@@ -323,9 +323,6 @@ class ThrowawayCluster:
     def node(self, port: int) -> Redis:
         return _node(port)
 
-    def pids(self) -> list[int]:
-        return [proc.pid for proc in self._procs]
-
     def cli(self, *args: str) -> str:
         """``redis-cli ARGS``' output (raises CalledProcessError when it fails)."""
         out = subprocess.run(

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any, NamedTuple
 
 import msgpack
@@ -47,14 +47,6 @@ class NoteWrite:
     vec: bytes
     created: bool  #: False when it updates an existing note
     before: dict[str, Any] | None = None  #: audit "before" for updates
-
-
-@dataclass
-class Changes:
-    """What one commit does to a namespace; applied to the projection after EXEC."""
-
-    added: list[tuple[int, str]] = field(default_factory=list)
-    removed: list[int] = field(default_factory=list)
 
 
 def encode_fields(fields: Mapping[str, Any]) -> dict[str, bytes | str | int | float]:
