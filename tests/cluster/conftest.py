@@ -35,3 +35,9 @@ def cluster_settings(local_cluster: LocalCluster, tmp_path: Path) -> WorkerSetti
         broker_url=session_redis_url(),
         key_prefix=f"c{uuid.uuid4().hex[:8]}",
     )
+
+
+@pytest.fixture
+def settings(cluster_settings: WorkerSettings) -> WorkerSettings:
+    """The cluster's settings under the name tests/conftest.py's ctx and server fixtures take."""
+    return cluster_settings

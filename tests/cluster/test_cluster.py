@@ -33,20 +33,6 @@ from worker.store.integrity import check_namespace
 
 
 @pytest.fixture
-def ctx(cluster_settings: WorkerSettings) -> Iterator[WorkerContext]:
-    context = WorkerContext.build(cluster_settings)
-    yield context
-    context.close()
-
-
-@pytest.fixture
-def server(ctx: WorkerContext) -> Iterator[SearchServer]:
-    srv = SearchServer(ctx).start()
-    yield srv
-    srv.stop()
-
-
-@pytest.fixture
 def mem(cluster_settings: WorkerSettings) -> Iterator[MemoryClient]:
     with MemoryClient(cluster_settings) as client:
         yield client
