@@ -31,6 +31,7 @@ from producer.errors import (
     InvalidInput,
     JobFailed,
     NotFound,
+    NotReplicated,
     OutOfMemory,
     ReplyTimeout,
     ServerError,
@@ -145,6 +146,23 @@ class ClientCore:
         if self.signing_keys:
             job["sig"] = signing.sign(job, namespaces, self.signing_keys)
         return job
+
+    def replicated(self, acked: int, ids: Sequence[str]) -> None:
+        """NotReplicated unless WAIT's count ``acked`` reaches ZQ_WAIT_REPLICAS."""
+        s = self.settings
+        if acked < s.wait_replicas:
+            raise NotReplicated(
+                f"the write of {', '.join(ids[:3])}{' ...' if len(ids) > 3 else ''} reached the"
+                f" master but only {acked} of the {s.wait_replicas} replicas ZQ_WAIT_REPLICAS asks"
+                f" for within {s.wait_replicas_timeout_s}s, so a failover may lose it; write it"
+                " again with the same id= (idempotent) once the replicas are back",
+                list(ids),
+            )
+
+    @property
+    def wait_ms(self) -> int:
+        """WAIT's timeout in milliseconds (never 0, which would wait for ever)."""
+        return max(1, round(self.settings.wait_replicas_timeout_s * 1000))
 
     def namespace(self, namespace: str | None) -> str:
         return v.check_namespace(namespace or self.settings.default_namespace)
