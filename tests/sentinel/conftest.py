@@ -12,7 +12,7 @@ import socket
 import subprocess
 import time
 import uuid
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -97,7 +97,7 @@ def _ports(count: int) -> list[int]:
     return ports[:count]
 
 
-def _wait(predicate, what: str, timeout_s: float = READY_S) -> None:  # type: ignore[no-untyped-def]
+def _wait(predicate: Callable[[], object], what: str, timeout_s: float = READY_S) -> None:
     deadline = time.monotonic() + timeout_s
     while time.monotonic() < deadline:
         try:

@@ -116,6 +116,13 @@ def test_wait_replicas_returns_once_the_replica_has_the_write_and_raises_when_it
         mem.store_many(["a", "b"])
         mem.delete(mem.store("c"))
         assert replica.xlen(key) == 24
+
+        async def confirmed() -> None:
+            async with AsyncMemoryClient(settings) as amem:
+                await amem.store("confirmed through the asyncio client")
+
+        asyncio.run(confirmed())
+        assert replica.xlen(key) == 25
         os.kill(local_sentinel.procs[local_sentinel.replica_port].pid, signal.SIGSTOP)
         try:
             with pytest.raises(NotReplicated) as caught:
@@ -131,6 +138,6 @@ def test_wait_replicas_returns_once_the_replica_has_the_write_and_raises_when_it
             asyncio.run(from_asyncio())
         finally:
             os.kill(local_sentinel.procs[local_sentinel.replica_port].pid, signal.SIGCONT)
-        wait_until(lambda: replica.xlen(key) == 27, 30)
+        wait_until(lambda: replica.xlen(key) == 28, 30)
         mem.store("confirmed again")
-        assert replica.xlen(key) == 28
+        assert replica.xlen(key) == 29
