@@ -1,5 +1,6 @@
 """zettelq on a master watched by three sentinels (tests/sentinel/conftest.py): a real worker
-process whose data store and Celery broker both go through the sentinels; the master killed
+process whose data store and Celery broker both go through the sentinels, and a beat whose
+schedule does; the master killed
 (SIGKILL) under a stream of stores; ZQ_WAIT_REPLICAS holding store() until the replica has the
 write."""
 
@@ -8,6 +9,8 @@ from __future__ import annotations
 import asyncio
 import os
 import signal
+import subprocess
+import sys
 import threading
 import time
 
@@ -16,7 +19,9 @@ from redis import Redis
 
 from producer import AsyncMemoryClient, MemoryClient, NotReplicated, ZettelqError
 from producer.errors import NotFound
-from tests.e2e.workers import running, wait_until
+from producer.keys import Keys
+from tests.e2e.test_beat import BEAT_ENV, STARTUP_S
+from tests.e2e.workers import running, stop, wait_until, worker_env
 from tests.integration.test_store_search import SEED_000
 from tests.sentinel.conftest import LocalSentinel
 from worker.settings import WorkerSettings
@@ -141,3 +146,26 @@ def test_wait_replicas_returns_once_the_replica_has_the_write_and_raises_when_it
         wait_until(lambda: replica.xlen(key) == 28, 30)
         mem.store("confirmed again")
         assert replica.xlen(key) == 29
+
+
+def test_a_beat_schedules_through_the_sentinels_onto_the_brokers_master(
+    local_sentinel: LocalSentinel, sentinel_settings: WorkerSettings
+) -> None:
+    env = {
+        **worker_env(sentinel_settings),
+        **BEAT_ENV,
+        "ZQ_BROKER_URL": local_sentinel.url(1),
+    }
+    beat = subprocess.Popen(
+        [sys.executable, "-m", "worker.cli.main", "beat", "--loglevel=WARNING"],
+        env=env,
+        stdout=subprocess.DEVNULL,
+        start_new_session=True,
+    )
+    broker = Redis(host="127.0.0.1", port=local_sentinel.master_port, db=1)
+    try:
+        queue = f"{sentinel_settings.key_prefix}.maint"
+        wait_until(lambda: broker.llen(queue) >= 2, STARTUP_S)  # kombu's sentinel transport
+        assert broker.keys(f"{Keys(sentinel_settings.key_prefix).redbeat()}*")  # redbeat's
+    finally:
+        stop(beat)
