@@ -35,7 +35,7 @@ from producer import MemoryClient, ZettelqError
 from producer.keys import Keys
 from producer.protocol import unpack_raw
 from producer.settings import ProducerSettings
-from tests.sentinel.conftest import LocalSentinel, started
+from tests.sentinel.conftest import SENTINEL_PASSWORD, LocalSentinel, started
 
 BLOCK = 100  #: stores per block when the two modes are interleaved
 
@@ -43,6 +43,7 @@ BLOCK = 100  #: stores per block when the two modes are interleaved
 def settings_for(setup: LocalSentinel, prefix: str, wait: int) -> ProducerSettings:
     return ProducerSettings(
         redis_url=setup.url(0),
+        sentinel_password=SENTINEL_PASSWORD,
         key_prefix=prefix,
         wait_replicas=wait,
         wait_replicas_timeout_s=1.0,

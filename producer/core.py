@@ -4,6 +4,7 @@ note parsing, the enqueue script, error mapping and the Redis connection options
 
 from __future__ import annotations
 
+import re
 import struct
 import time
 from collections.abc import Iterator, Mapping, Sequence
@@ -22,6 +23,7 @@ from redis.exceptions import (
 from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 from redis.retry import Retry
+from redis.sentinel import MasterNotFoundError
 
 from producer import signing, tracing
 from producer import validation as v
@@ -95,6 +97,8 @@ def redis_errors() -> Iterator[None]:
             f"Redis refused access ({exc}); check the user and password in ZQ_REDIS_URL"
             " and the user's ACL rules"
         ) from exc
+    except MasterNotFoundError as exc:
+        raise Unavailable(no_master(exc)) from exc
     except (RedisConnectionError, RedisTimeoutError) as exc:
         raise Unavailable(f"Redis unavailable: {exc}") from exc
     except OutOfMemoryError as exc:
@@ -109,6 +113,21 @@ def redis_errors() -> Iterator[None]:
         if str(exc).startswith("BACKPRESSURE"):
             raise Backpressure(str(exc)) from exc
         raise _response_error(exc) from exc
+
+
+#: what each sentinel answered, in redis-py's MasterNotFoundError (after each client's repr)
+SENTINEL_ANSWERS = re.compile(r"\)> - (.*?)(?=, <redis|$)")
+
+
+def no_master(exc: MasterNotFoundError) -> str:
+    """A MasterNotFoundError without the reprs of the sentinels' clients."""
+    text = str(exc)
+    answers = SENTINEL_ANSWERS.findall(text)
+    why = f" (the sentinels answered: {', '.join(answers)})" if answers else ""
+    return (
+        f"Redis unavailable: {text.split(' : ', 1)[0]}{why}; a failover in progress, the"
+        " sentinels of ZQ_REDIS_URL unreachable, or ZQ_SENTINEL_PASSWORD not theirs"
+    )
 
 
 #: the code of an error reply that says Redis cannot serve now -> what it means

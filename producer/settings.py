@@ -100,6 +100,10 @@ class ProducerSettings(BaseSettings):
                 raise ValueError(str(exc).removeprefix("ZQ_REDIS_URL: ")) from None
         return url
 
+    sentinel_password: SecretStr | None = None
+    """The password the sentinels of a redis+sentinel:// ZQ_REDIS_URL ask for (their
+    requirepass); unset asks them without. The URL's user and password are the master's."""
+
     wait_replicas: int = Field(default=0, ge=0, le=16)
     """store(), store_many() and delete() return only once their write reached this many
     replicas (Redis WAIT), else raise NotReplicated; 0 returns once the master has it (a

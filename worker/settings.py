@@ -401,7 +401,7 @@ class WorkerSettings(ProducerSettings):
     @property
     def broker_transport_options(self) -> dict[str, Any]:
         """Celery's broker_transport_options: for a Sentinel broker the master's name and the
-        sentinels' timeouts (and TLS); none for a plain Redis."""
+        sentinels' timeouts, password (ZQ_SENTINEL_PASSWORD) and TLS; none for a plain Redis."""
         url = self.broker_source
         if not is_sentinel_url(url):
             return {}
@@ -410,6 +410,8 @@ class WorkerSettings(ProducerSettings):
             "socket_timeout": self.socket_timeout_s,
             "socket_connect_timeout": self.socket_timeout_s,
         }
+        if self.sentinel_password is not None:
+            asked["password"] = self.sentinel_password.get_secret_value()
         options: dict[str, Any] = {"master_name": o["service_name"], "sentinel_kwargs": asked}
         if o["ssl"]:
             asked["ssl"] = True

@@ -1,7 +1,8 @@
 """A real Sentinel setup on loopback for each test: one master and one replica
 (``redis-server --replicaof``) and three sentinels (``redis-server sentinel.conf --sentinel``)
-on free ports from 18500 up, with a short down-after (1 s) so a failover takes seconds; torn
-down at the end. Skips, naming what to install, when redis-server is not on PATH."""
+on free ports from 18500 up, with a short down-after (1 s) so a failover takes seconds, the
+sentinels asking for a password of their own (ZQ_SENTINEL_PASSWORD); torn down at the end.
+Skips, naming what to install, when redis-server is not on PATH."""
 
 from __future__ import annotations
 
@@ -29,6 +30,10 @@ SENTINELS = 3
 DOWN_AFTER_MS = 1000
 FAILOVER_TIMEOUT_MS = 5000
 READY_S = 30.0
+SENTINEL_PASSWORD = "sentinel-secret"  #: the sentinels' requirepass (the master has none)
+
+
+SENTINEL_ENV = {"ZQ_SENTINEL_PASSWORD": SENTINEL_PASSWORD}  #: what worker_env() leaves out
 
 
 @dataclass
@@ -46,7 +51,13 @@ class LocalSentinel:
         return f"redis+sentinel://{hosts}/{SERVICE}/{db}"
 
     def sentinel(self, port: int) -> Redis:
-        return Redis(host="127.0.0.1", port=port, socket_timeout=2, decode_responses=True)
+        return Redis(
+            host="127.0.0.1",
+            port=port,
+            password=SENTINEL_PASSWORD,
+            socket_timeout=2,
+            decode_responses=True,
+        )
 
     def master_address(self) -> tuple[str, int] | None:
         """Where the sentinels that answer say the master is (None while they disagree)."""
@@ -128,6 +139,7 @@ def _sentinel(port: int, master: int, work: Path) -> subprocess.Popen[bytes]:
         f"sentinel down-after-milliseconds {SERVICE} {DOWN_AFTER_MS}\n"
         f"sentinel failover-timeout {SERVICE} {FAILOVER_TIMEOUT_MS}\n"
         f"sentinel parallel-syncs {SERVICE} 1\n"
+        f"requirepass {SENTINEL_PASSWORD}\nsentinel sentinel-pass {SENTINEL_PASSWORD}\n"
     )
     return subprocess.Popen(
         ["redis-server", str(conf), "--sentinel"],
@@ -186,10 +198,11 @@ def local_sentinel(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalSe
 @pytest.fixture
 def sentinel_settings(local_sentinel: LocalSentinel, tmp_path: Path) -> WorkerSettings:
     """Settings whose data store and broker are the Sentinel-watched master (db 0 and 1),
-    under a fresh key prefix."""
+    under a fresh key prefix; a worker process of them needs ``SENTINEL_ENV`` too."""
     return make_settings(
         tmp_path,
         redis_url=local_sentinel.url(0),
         broker_url=local_sentinel.url(1),
+        sentinel_password=SENTINEL_PASSWORD,
         key_prefix=f"s{uuid.uuid4().hex[:8]}",
     )

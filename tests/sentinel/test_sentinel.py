@@ -17,13 +17,13 @@ import time
 import pytest
 from redis import Redis
 
-from producer import AsyncMemoryClient, MemoryClient, NotReplicated, ZettelqError
+from producer import AsyncMemoryClient, MemoryClient, NotReplicated, Unavailable, ZettelqError
 from producer.errors import NotFound
 from producer.keys import Keys
 from tests.e2e.test_beat import BEAT_ENV, STARTUP_S
 from tests.e2e.workers import running, stop, wait_until, worker_env
 from tests.integration.test_store_search import SEED_000
-from tests.sentinel.conftest import LocalSentinel
+from tests.sentinel.conftest import SENTINEL_ENV, LocalSentinel
 from worker.settings import WorkerSettings
 
 pytestmark = pytest.mark.e2e
@@ -37,7 +37,7 @@ HANG_S = 30.0
 def test_a_worker_stores_organises_and_answers_through_the_sentinels(
     sentinel_settings: WorkerSettings,
 ) -> None:
-    with running(sentinel_settings), MemoryClient(sentinel_settings) as mem:
+    with running(sentinel_settings, **SENTINEL_ENV), MemoryClient(sentinel_settings) as mem:
         ids = mem.store_many(SEED_000)
         mem.flush(timeout_s=60)
         assert mem.stats().notes == len(SEED_000)
@@ -74,7 +74,7 @@ def test_stores_end_in_an_id_or_a_typed_error_across_a_failover_and_the_worker_r
                     time.sleep(0.05)
                 slowest[0] = max(slowest[0], time.monotonic() - started)
 
-    with running(settings), MemoryClient(settings) as mem:
+    with running(settings, **SENTINEL_ENV), MemoryClient(settings) as mem:
         mem.store("the worker is up")
         mem.flush(timeout_s=60)
         writer = threading.Thread(target=store_loop, daemon=True)
@@ -155,6 +155,7 @@ def test_a_beat_schedules_through_the_sentinels_onto_the_brokers_master(
         **worker_env(sentinel_settings),
         **BEAT_ENV,
         "ZQ_BROKER_URL": local_sentinel.url(1),
+        **SENTINEL_ENV,
     }
     beat = subprocess.Popen(
         [sys.executable, "-m", "worker.cli.main", "beat", "--loglevel=WARNING"],
@@ -169,3 +170,11 @@ def test_a_beat_schedules_through_the_sentinels_onto_the_brokers_master(
         assert broker.keys(f"{Keys(sentinel_settings.key_prefix).redbeat()}*")  # redbeat's
     finally:
         stop(beat)
+
+
+def test_sentinels_asked_without_their_password_give_a_typed_error(
+    sentinel_settings: WorkerSettings,
+) -> None:
+    settings = sentinel_settings.model_copy(update={"sentinel_password": None})
+    with MemoryClient(settings) as mem, pytest.raises(Unavailable, match="No master found"):
+        mem.store("the sentinels refuse to say where the master is")

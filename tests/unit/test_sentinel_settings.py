@@ -8,7 +8,7 @@ import pytest
 from redis.asyncio.sentinel import SentinelConnectionPool as AsyncSentinelPool
 from redis.sentinel import SentinelConnectionPool
 
-from producer.connection import connect, connect_async
+from producer.connection import connect, connect_async, data_redis
 from producer.errors import InvalidSetting
 from producer.settings import ProducerSettings
 from producer.urls import is_cluster_url, is_sentinel_url, sentinel_options
@@ -124,3 +124,15 @@ def test_wait_replicas_is_refused_on_a_cluster_and_with_a_timeout_past_the_socke
         ProducerSettings(wait_replicas=1, wait_replicas_timeout_s=5.0, socket_timeout_s=5.0)
     assert ProducerSettings(redis_url=SENTINEL, wait_replicas=1).wait_replicas == 1
     assert ProducerSettings(redis_url="redis+cluster://h:7000").wait_replicas == 0
+
+
+def test_the_sentinels_get_zq_sentinel_password_and_no_retries_of_their_own() -> None:
+    settings = ProducerSettings(redis_url=SENTINEL, sentinel_password="s3cret")
+    for sentinel in data_redis(settings).connection_pool.sentinel_manager.sentinels:
+        kwargs = sentinel.connection_pool.connection_kwargs
+        assert kwargs["password"] == "s3cret" and kwargs["retry"].get_retries() == 0
+    broker = WorkerSettings(redis_url=SENTINEL, sentinel_password="s3cret")
+    assert broker.broker_transport_options["sentinel_kwargs"]["password"] == "s3cret"
+    assert broker.redbeat_redis[1]["sentinel_kwargs"]["password"] == "s3cret"
+    plain = ProducerSettings(redis_url="redis://127.0.0.1:6379/0", sentinel_password="s3cret")
+    assert "sentinel_password" not in data_redis(plain).connection_pool.connection_kwargs
