@@ -8,7 +8,7 @@ import time
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from redis.exceptions import ResponseError
+from redis.exceptions import NoScriptError, ResponseError
 
 from producer import proposals as rv
 from producer import tracing
@@ -67,7 +67,7 @@ class AsyncMemoryClient:
             note_id, payload = self._core.store_payload(
                 content, ns, tracing.traceparent(), **fields
             )
-            await self._send(ns, [payload])
+            await self._send(ns, [payload], [note_id])
         return note_id
 
     async def store_many(
@@ -76,18 +76,38 @@ class AsyncMemoryClient:
         ns = self._core.namespace(namespace)
         with tracing.span("zettelq store_many", "PRODUCER", ns):
             ids, payloads = self._core.store_many_payloads(items, ns)
-            await self._send(ns, payloads)
+            await self._send(ns, payloads, ids)
         return ids
 
     async def delete(self, note_id: str, *, namespace: str | None = None) -> None:
         ns = self._core.namespace(namespace)
         with tracing.span("zettelq delete", "PRODUCER", ns):
-            await self._send(ns, [self._core.delete_payload(note_id, ns)])
+            await self._send(ns, [self._core.delete_payload(note_id, ns)], [note_id])
 
-    async def _send(self, ns: str, payloads: list[bytes]) -> None:
+    async def _send(self, ns: str, payloads: list[bytes], ids: list[str]) -> None:
         inbox = self.keys.inbox(self.keys.shard_of(ns))
+        args = [self.settings.max_pending, *payloads]
         with redis_errors():
-            await self._enqueue(keys=[inbox], args=[self.settings.max_pending, *payloads])
+            if not self.settings.wait_replicas:
+                await self._enqueue(keys=[inbox], args=args)
+                return
+            acked = await self._replicated(inbox, args)
+        self._core.replicated(acked, ids)
+
+    async def _replicated(self, inbox: str, args: list[Any]) -> int:
+        """The enqueue and a WAIT for ZQ_WAIT_REPLICAS in one round trip on one connection
+        (WAIT counts the replicas that have that connection's writes); the count WAIT got."""
+        for attempt in (0, 1):
+            async with self._redis.pipeline(transaction=False) as pipe:
+                pipe.evalsha(self._enqueue.sha, 1, inbox, *args)
+                pipe.wait(self.settings.wait_replicas, self._core.wait_ms)
+                enqueued, acked = await pipe.execute(raise_on_error=False)
+            if not isinstance(enqueued, NoScriptError) or attempt:
+                break
+            await self._redis.script_load(ENQUEUE_LUA)
+        if isinstance(enqueued, Exception):
+            raise enqueued
+        return int(acked)
 
     async def search(
         self, query: str, *, namespace: Namespaces | None = None, **options: Any

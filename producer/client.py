@@ -12,7 +12,7 @@ import time
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from redis.exceptions import ResponseError
+from redis.exceptions import NoScriptError, ResponseError
 
 from producer import proposals as rv
 from producer import tracing
@@ -77,7 +77,7 @@ class MemoryClient:
             note_id, payload = self._core.store_payload(
                 content, ns, tracing.traceparent(), **fields
             )
-            self._send(ns, [payload])
+            self._send(ns, [payload], [note_id])
         return note_id
 
     def store_many(
@@ -87,19 +87,39 @@ class MemoryClient:
         ns = self._core.namespace(namespace)
         with tracing.span("zettelq store_many", "PRODUCER", ns):
             ids, payloads = self._core.store_many_payloads(items, ns)
-            self._send(ns, payloads)
+            self._send(ns, payloads, ids)
         return ids
 
     def delete(self, note_id: str, *, namespace: str | None = None) -> None:
         """Queue the deletion of a note (applied in order after earlier stores)."""
         ns = self._core.namespace(namespace)
         with tracing.span("zettelq delete", "PRODUCER", ns):
-            self._send(ns, [self._core.delete_payload(note_id, ns)])
+            self._send(ns, [self._core.delete_payload(note_id, ns)], [note_id])
 
-    def _send(self, ns: str, payloads: list[bytes]) -> None:
+    def _send(self, ns: str, payloads: list[bytes], ids: list[str]) -> None:
         inbox = self.keys.inbox(self.keys.shard_of(ns))
+        args = [self.settings.max_pending, *payloads]
         with redis_errors():
-            self._enqueue(keys=[inbox], args=[self.settings.max_pending, *payloads])
+            if not self.settings.wait_replicas:
+                self._enqueue(keys=[inbox], args=args)
+                return
+            acked = self._replicated(inbox, args)
+        self._core.replicated(acked, ids)
+
+    def _replicated(self, inbox: str, args: list[Any]) -> int:
+        """The enqueue and a WAIT for ZQ_WAIT_REPLICAS in one round trip on one connection
+        (WAIT counts the replicas that have that connection's writes); the count WAIT got."""
+        for attempt in (0, 1):
+            with self._redis.pipeline(transaction=False) as pipe:
+                pipe.evalsha(self._enqueue.sha, 1, inbox, *args)
+                pipe.wait(self.settings.wait_replicas, self._core.wait_ms)
+                enqueued, acked = pipe.execute(raise_on_error=False)
+            if not isinstance(enqueued, NoScriptError) or attempt:
+                break
+            self._redis.script_load(ENQUEUE_LUA)
+        if isinstance(enqueued, Exception):
+            raise enqueued
+        return int(acked)
 
     def search(
         self, query: str, *, namespace: Namespaces | None = None, **options: Any

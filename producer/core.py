@@ -4,6 +4,7 @@ note parsing, the enqueue script, error mapping and the Redis connection options
 
 from __future__ import annotations
 
+import re
 import struct
 import time
 from collections.abc import Iterator, Mapping, Sequence
@@ -22,6 +23,7 @@ from redis.exceptions import (
 from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 from redis.retry import Retry
+from redis.sentinel import MasterNotFoundError
 
 from producer import signing, tracing
 from producer import validation as v
@@ -31,6 +33,7 @@ from producer.errors import (
     InvalidInput,
     JobFailed,
     NotFound,
+    NotReplicated,
     OutOfMemory,
     ReplyTimeout,
     ServerError,
@@ -94,6 +97,8 @@ def redis_errors() -> Iterator[None]:
             f"Redis refused access ({exc}); check the user and password in ZQ_REDIS_URL"
             " and the user's ACL rules"
         ) from exc
+    except MasterNotFoundError as exc:
+        raise Unavailable(no_master(exc)) from exc
     except (RedisConnectionError, RedisTimeoutError) as exc:
         raise Unavailable(f"Redis unavailable: {exc}") from exc
     except OutOfMemoryError as exc:
@@ -108,6 +113,21 @@ def redis_errors() -> Iterator[None]:
         if str(exc).startswith("BACKPRESSURE"):
             raise Backpressure(str(exc)) from exc
         raise _response_error(exc) from exc
+
+
+#: what each sentinel answered, in redis-py's MasterNotFoundError (after each client's repr)
+SENTINEL_ANSWERS = re.compile(r"\)> - (.*?)(?=, <redis|$)")
+
+
+def no_master(exc: MasterNotFoundError) -> str:
+    """A MasterNotFoundError without the reprs of the sentinels' clients."""
+    text = str(exc)
+    answers = SENTINEL_ANSWERS.findall(text)
+    why = f" (the sentinels answered: {', '.join(answers)})" if answers else ""
+    return (
+        f"Redis unavailable: {text.split(' : ', 1)[0]}{why}; a failover in progress, the"
+        " sentinels of ZQ_REDIS_URL unreachable, or ZQ_SENTINEL_PASSWORD not theirs"
+    )
 
 
 #: the code of an error reply that says Redis cannot serve now -> what it means
@@ -145,6 +165,23 @@ class ClientCore:
         if self.signing_keys:
             job["sig"] = signing.sign(job, namespaces, self.signing_keys)
         return job
+
+    def replicated(self, acked: int, ids: Sequence[str]) -> None:
+        """NotReplicated unless WAIT's count ``acked`` reaches ZQ_WAIT_REPLICAS."""
+        s = self.settings
+        if acked < s.wait_replicas:
+            raise NotReplicated(
+                f"the write of {', '.join(ids[:3])}{' ...' if len(ids) > 3 else ''} reached the"
+                f" master but only {acked} of the {s.wait_replicas} replicas ZQ_WAIT_REPLICAS asks"
+                f" for within {s.wait_replicas_timeout_s}s, so a failover may lose it; write it"
+                " again with the same id= (idempotent) once the replicas are back",
+                list(ids),
+            )
+
+    @property
+    def wait_ms(self) -> int:
+        """WAIT's timeout in milliseconds (never 0, which would wait for ever)."""
+        return max(1, round(self.settings.wait_replicas_timeout_s * 1000))
 
     def namespace(self, namespace: str | None) -> str:
         return v.check_namespace(namespace or self.settings.default_namespace)

@@ -4,7 +4,8 @@ ZettelqError
 ├── InvalidInput        the call's arguments break a documented limit (also a ValueError)
 │   └── InvalidSetting  a ZQ_ environment variable (or settings argument) has a bad value
 ├── Unavailable         Redis could not be reached (connection refused, reset or timed out),
-│                       or cannot serve now (BUSY with a script, READONLY replica, MISCONF)
+│   │                   or cannot serve now (BUSY with a script, READONLY replica, MISCONF)
+│   └── NotReplicated   the write reached the master but not ZQ_WAIT_REPLICAS replicas in time
 ├── AccessDenied        Redis refused the credentials or an ACL denied the command
 ├── Backpressure        the pending backlog passed its configured bound; nothing was written
 ├── OutOfMemory         Redis is at its maxmemory and refused the write (noeviction); nothing
@@ -38,6 +39,16 @@ class InvalidSetting(InvalidInput):
 class Unavailable(ZettelqError):
     """Redis could not be reached, or cannot serve now (busy, read-only, cannot persist); retry
     later."""
+
+
+class NotReplicated(Unavailable):
+    """The write reached the master but fewer than ZQ_WAIT_REPLICAS replicas confirmed it within
+    ZQ_WAIT_REPLICAS_TIMEOUT_S, so a failover may lose it. ``ids`` are the notes written; storing
+    them again with the same ``id=`` is idempotent."""
+
+    def __init__(self, message: str, ids: list[str] | None = None) -> None:
+        super().__init__(message)
+        self.ids = ids or []
 
 
 class AccessDenied(ZettelqError, PermissionError):

@@ -15,12 +15,12 @@ import re
 from collections.abc import Collection, Iterable, Mapping
 from typing import Any
 
-from pydantic import Field, SecretStr, ValidationError, field_validator
+from pydantic import Field, SecretStr, ValidationError, field_validator, model_validator
 from pydantic_core import ErrorDetails
 from pydantic_settings import BaseSettings, SettingsConfigDict, SettingsError
 
 from producer.errors import InvalidSetting
-from producer.urls import cluster_options, is_cluster_url
+from producer.urls import cluster_options, is_cluster_url, is_sentinel_url, sentinel_options
 
 ENV_PREFIX = "ZQ_"  #: prefix of every setting's environment variable
 NESTED = "__"  #: separates a mapping setting's variable from a key: ZQ_NAMESPACE_KEYS__ACME
@@ -84,18 +84,47 @@ class ProducerSettings(BaseSettings):
         return is_cluster_url(self.redis_url)
 
     redis_url: str = "redis://127.0.0.1:6379/0"
-    """Data Redis: notes, links, queues and replies (redis://, rediss://, unix://), or a Redis
-    Cluster as redis+cluster://host:port[,host:port...] (rediss+cluster:// for TLS)."""
+    """Data Redis: notes, links, queues and replies (redis://, rediss://, unix://), a Redis
+    Cluster as redis+cluster://host:port[,host:port...] (rediss+cluster:// for TLS), or a master
+    watched by Sentinel as redis+sentinel://host:port[,host:port...]/service_name[/db] (the
+    sentinels' addresses; rediss+sentinel:// for TLS)."""
 
     @field_validator("redis_url")
     @classmethod
     def _cluster_url_parses(cls, url: str) -> str:
-        if is_cluster_url(url):
+        parse = cluster_options if is_cluster_url(url) else sentinel_options
+        if is_cluster_url(url) or is_sentinel_url(url):
             try:
-                cluster_options(url)
+                parse(url)
             except InvalidSetting as exc:
                 raise ValueError(str(exc).removeprefix("ZQ_REDIS_URL: ")) from None
         return url
+
+    sentinel_password: SecretStr | None = None
+    """The password the sentinels of a redis+sentinel:// ZQ_REDIS_URL ask for (their
+    requirepass); unset asks them without. The URL's user and password are the master's."""
+
+    wait_replicas: int = Field(default=0, ge=0, le=16)
+    """store(), store_many() and delete() return only once their write reached this many
+    replicas (Redis WAIT), else raise NotReplicated; 0 returns once the master has it (a
+    failover can then lose the latest acknowledged writes). Not on a Redis Cluster."""
+
+    wait_replicas_timeout_s: float = Field(default=1.0, gt=0)
+    """How long a write waits for wait_replicas replicas before NotReplicated; below
+    socket_timeout_s."""
+
+    @model_validator(mode="after")
+    def _wait_replicas_fits(self) -> ProducerSettings:
+        if self.wait_replicas and is_cluster_url(self.redis_url):
+            raise ValueError(
+                "ZQ_WAIT_REPLICAS is not supported on a Redis Cluster (ZQ_REDIS_URL): set it to 0"
+            )
+        if self.wait_replicas and self.wait_replicas_timeout_s >= self.socket_timeout_s:
+            raise ValueError(
+                "ZQ_WAIT_REPLICAS_TIMEOUT_S must be below ZQ_SOCKET_TIMEOUT_S: the WAIT is read"
+                " on a socket that times out after ZQ_SOCKET_TIMEOUT_S"
+            )
+        return self
 
     key_prefix: str = Field(default="zq", pattern=r"^[A-Za-z0-9_.-]{1,32}$")
     """Prefix of every key; two deployments can share one Redis under different prefixes."""

@@ -5,13 +5,14 @@ from __future__ import annotations
 import logging
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Literal
+from typing import Any, Literal
+from urllib.parse import quote
 
 from pydantic import Field, SecretStr, model_validator
 
 from producer.errors import InvalidSetting
 from producer.settings import ProducerSettings, unknown_variables
-from producer.urls import is_cluster_url
+from producer.urls import is_cluster_url, is_sentinel_url, sentinel_options
 
 log = logging.getLogger(__name__)
 
@@ -28,7 +29,8 @@ class WorkerSettings(ProducerSettings):
 
     broker_url: str | None = None
     """Celery broker; unset means redis_url. Celery cannot use a Redis Cluster: with a cluster
-    as redis_url this must name a plain (or Sentinel) Redis, and a cluster URL is refused."""
+    as redis_url this must name a plain (or Sentinel) Redis, and a cluster URL is refused. A
+    redis+sentinel:// URL (as redis_url's) uses kombu's sentinel transport."""
 
     batch_size: int = Field(default=256, ge=1, le=10_000)
     """Most jobs organised in one batch."""
@@ -339,6 +341,11 @@ class WorkerSettings(ProducerSettings):
                 " point it at a plain Redis (redis://host:6379/0); the cluster stays the data"
                 " store in ZQ_REDIS_URL"
             )
+        if self.broker_url and is_sentinel_url(self.broker_url):
+            try:
+                sentinel_options(self.broker_url, "ZQ_BROKER_URL")
+            except InvalidSetting as exc:
+                raise ValueError(str(exc)) from None
         return self
 
     @model_validator(mode="after")
@@ -365,8 +372,8 @@ class WorkerSettings(ProducerSettings):
         return 0 if self.embedder == "hash" else 7 * 86_400
 
     @property
-    def broker(self) -> str:
-        """The Celery broker's URL: broker_url, else redis_url unless that is a cluster
+    def broker_source(self) -> str:
+        """The broker as configured: broker_url, else redis_url unless that is a cluster
         (InvalidSetting naming ZQ_BROKER_URL then)."""
         if self.broker_url:
             return self.broker_url
@@ -376,6 +383,58 @@ class WorkerSettings(ProducerSettings):
                 " use as its broker: set ZQ_BROKER_URL to a plain Redis (redis://host:6379/0)"
             )
         return self.redis_url
+
+    @property
+    def broker(self) -> str:
+        """The Celery broker's URL: broker_source, a Sentinel one in kombu's form
+        (``sentinel://h1:26379/0;sentinel://h2:26379/0``, the master named in
+        broker_transport_options)."""
+        url = self.broker_source
+        if not is_sentinel_url(url):
+            return url
+        o = sentinel_options(url, "ZQ_BROKER_URL")
+        user = quote(o.get("username", ""), safe="")
+        password = quote(o.get("password", ""), safe="")
+        auth = f"{user}:{password}@" if user or password else ""
+        return ";".join(f"sentinel://{auth}{h}:{p}/{o['db']}" for h, p in o["sentinels"])
+
+    @property
+    def broker_transport_options(self) -> dict[str, Any]:
+        """Celery's broker_transport_options: for a Sentinel broker the master's name and the
+        sentinels' timeouts, password (ZQ_SENTINEL_PASSWORD) and TLS; none for a plain Redis."""
+        url = self.broker_source
+        if not is_sentinel_url(url):
+            return {}
+        o = sentinel_options(url, "ZQ_BROKER_URL")
+        asked: dict[str, Any] = {
+            "socket_timeout": self.socket_timeout_s,
+            "socket_connect_timeout": self.socket_timeout_s,
+        }
+        if self.sentinel_password is not None:
+            asked["password"] = self.sentinel_password.get_secret_value()
+        options: dict[str, Any] = {"master_name": o["service_name"], "sentinel_kwargs": asked}
+        if o["ssl"]:
+            asked["ssl"] = True
+            options["ssl"] = True
+        return options
+
+    @property
+    def redbeat_redis(self) -> tuple[str, dict[str, Any]]:
+        """celery-redbeat's redis URL and options: the broker's Redis, through its sentinels
+        when it is behind Sentinel."""
+        url = self.broker_source
+        if not is_sentinel_url(url):
+            return url, {}
+        o = sentinel_options(url, "ZQ_BROKER_URL")
+        options: dict[str, Any] = {
+            "sentinels": o["sentinels"],
+            "service_name": o["service_name"],
+            "db": o["db"],
+            "socket_timeout": self.socket_timeout_s,
+            "sentinel_kwargs": self.broker_transport_options["sentinel_kwargs"],
+            **{k: o[k] for k in ("username", "password") if k in o},
+        }
+        return "redis-sentinel://", options
 
 
 def warn_unknown_variables(environ: Mapping[str, str]) -> None:

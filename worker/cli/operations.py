@@ -102,8 +102,8 @@ def _send_reembed(settings: WorkerSettings, namespace: str) -> None:
         send_reembed(namespace)
     except OperationalError as exc:
         raise Unavailable(
-            f"cannot reach the Celery broker at {redacted(settings.broker)} ({exc}); is Redis"
-            " running? `zettelq dev` starts one"
+            f"cannot reach the Celery broker at {redacted(settings.broker_source)} ({exc});"
+            " is Redis running? `zettelq dev` starts one"
         ) from exc
 
 

@@ -10,7 +10,9 @@ and worker.runtime.organiser).
 Beat uses celery-redbeat: the schedule and a leader lock live in the broker Redis under
 ``<prefix>:redbeat``, so any number of beat processes may run and exactly one sends tasks; when
 it dies the lock expires after ``beat_lock_s`` and a standby takes over within ``beat_tick_s``
-more, continuing the schedule where the old leader left it. Every worker's main process, and
+more, continuing the schedule where the old leader left it. A broker behind Sentinel
+(ZQ_BROKER_URL=redis+sentinel://...) goes through kombu's sentinel transport and redbeat's
+sentinel client. Every worker's main process, and
 every beat, keeps a heartbeat in Redis for ``zettelq health`` (worker.runtime.heartbeat,
 worker.runtime.beat).
 """
@@ -32,6 +34,8 @@ warn_unknown_variables(os.environ)
 INGEST_QUEUE = f"{settings.key_prefix}.ingest"  #: drain tasks
 MAINT_QUEUE = f"{settings.key_prefix}.maint"  #: periodic and on-demand maintenance
 
+REDBEAT_URL, REDBEAT_OPTIONS = settings.redbeat_redis
+
 app = Celery(
     "zettelq", broker=settings.broker, include=["worker.runtime.tasks", "worker.runtime.process"]
 )
@@ -45,10 +49,12 @@ app.conf.update(
     worker_concurrency=1,
     worker_soft_shutdown_timeout=settings.soft_shutdown_s,
     broker_connection_retry_on_startup=True,
+    broker_transport_options=settings.broker_transport_options,
     beat_schedule=build_beat_schedule(settings),
     beat_scheduler="worker.runtime.beat:LeaderScheduler",
     beat_max_loop_interval=settings.beat_tick_s,
-    redbeat_redis_url=settings.broker,
+    redbeat_redis_url=REDBEAT_URL,
+    redbeat_redis_options=REDBEAT_OPTIONS,
     redbeat_key_prefix=Keys(settings.key_prefix).redbeat(),
     redbeat_lock_timeout=settings.beat_lock_s,
     worker_hijack_root_logger=True,
