@@ -36,13 +36,7 @@ def is_sentinel_url(url: str) -> bool:
 def cluster_options(url: str) -> dict[str, Any]:
     """RedisCluster's arguments for a cluster URL: startup nodes (as (host, port)), user,
     password and TLS. InvalidSetting names ZQ_REDIS_URL when the URL is malformed."""
-    scheme, _, rest = url.partition("://")
-    tls = CLUSTER_SCHEMES[scheme.lower()]
-    rest, _, query = rest.partition("?")
-    if query:
-        raise InvalidSetting(f"ZQ_REDIS_URL: a cluster URL takes no query options, got ?{query}")
-    userinfo, _, hostlist = rest.rpartition("@")
-    hostlist, _, path = hostlist.partition("/")
+    tls, userinfo, hostlist, path = _parts(url, CLUSTER_SCHEMES, "cluster", "ZQ_REDIS_URL")
     if path not in ("", "0"):
         raise InvalidSetting(f"ZQ_REDIS_URL: a Redis Cluster has only database 0, got /{path}")
     nodes = [_node(part, "cluster") for part in hostlist.split(",")]
@@ -53,13 +47,7 @@ def sentinel_options(url: str, variable: str = "ZQ_REDIS_URL") -> dict[str, Any]
     """What a Sentinel URL names: ``sentinels`` (as (host, port)), ``service_name``, ``db``,
     and the master's ``username``, ``password`` and ``ssl``. InvalidSetting names ``variable``
     when the URL is malformed."""
-    scheme, _, rest = url.partition("://")
-    tls = SENTINEL_SCHEMES[scheme.lower()]
-    rest, _, query = rest.partition("?")
-    if query:
-        raise InvalidSetting(f"{variable}: a sentinel URL takes no query options, got ?{query}")
-    userinfo, _, hostlist = rest.rpartition("@")
-    hostlist, _, path = hostlist.partition("/")
+    tls, userinfo, hostlist, path = _parts(url, SENTINEL_SCHEMES, "sentinel", variable)
     service, _, db = path.partition("/")
     if not service or "/" in db or not (db == "" or db.isdigit()):
         raise InvalidSetting(
@@ -74,6 +62,19 @@ def sentinel_options(url: str, variable: str = "ZQ_REDIS_URL") -> dict[str, Any]
         "ssl": tls,
         **_credentials(userinfo),
     }
+
+
+def _parts(
+    url: str, schemes: dict[str, bool], kind: str, variable: str
+) -> tuple[bool, str, str, str]:
+    """(TLS, user info, host list, path) of a ``kind`` URL; it may carry no query options."""
+    scheme, _, rest = url.partition("://")
+    rest, _, query = rest.partition("?")
+    if query:
+        raise InvalidSetting(f"{variable}: a {kind} URL takes no query options, got ?{query}")
+    userinfo, _, hostlist = rest.rpartition("@")
+    hostlist, _, path = hostlist.partition("/")
+    return schemes[scheme.lower()], userinfo, hostlist, path
 
 
 def _credentials(userinfo: str) -> dict[str, str]:
