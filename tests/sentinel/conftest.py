@@ -9,7 +9,6 @@ from __future__ import annotations
 import os
 import shutil
 import signal
-import socket
 import subprocess
 import time
 import uuid
@@ -22,6 +21,7 @@ import pytest
 from redis import Redis
 
 from tests.conftest import make_settings
+from worker.runtime.devserver import free_ports
 from worker.settings import WorkerSettings
 
 FIRST_PORT = 18500
@@ -91,23 +91,6 @@ class LocalSentinel:
         raise RuntimeError("the sentinels did not fail over in time")
 
 
-def _free(port: int) -> bool:
-    with socket.socket() as s:
-        s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        try:
-            s.bind(("127.0.0.1", port))
-        except OSError:
-            return False
-    return True
-
-
-def _ports(count: int) -> list[int]:
-    ports = [p for p in range(FIRST_PORT, FIRST_PORT + 200) if _free(p)]
-    if len(ports) < count:
-        raise RuntimeError(f"fewer than {count} free ports from {FIRST_PORT}")
-    return ports[:count]
-
-
 def _wait(predicate: Callable[[], object], what: str, timeout_s: float = READY_S) -> None:
     deadline = time.monotonic() + timeout_s
     while time.monotonic() < deadline:
@@ -162,7 +145,7 @@ def started(root: Path) -> Iterator[LocalSentinel]:
     """A master, its replica and three sentinels with their files under ``root``, once the
     sentinels see the master, the replica and each other; stopped on exit (bench/sentinel.py
     uses it too)."""
-    master, replica, *sentinels = _ports(2 + SENTINELS)
+    master, replica, *sentinels = free_ports(FIRST_PORT, 2 + SENTINELS)
     setup = LocalSentinel(master, replica, sentinels)
     try:
         setup.procs[master] = _server(master, root / str(master))

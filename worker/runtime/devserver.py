@@ -339,7 +339,7 @@ class ThrowawayCluster:
     def start(self) -> ThrowawayCluster:
         if not shutil.which("redis-server") or not shutil.which("redis-cli"):
             raise ServerNotFound("a throwaway cluster needs redis-server and redis-cli on PATH")
-        self.ports = _cluster_ports(self.first_port, self.masters)
+        self.ports = free_ports(self.first_port, self.masters, offsets=(0, 10000))
         try:
             for port in self.ports:
                 self._procs.append(self._spawn_node(port))
@@ -380,10 +380,18 @@ def _node(port: int) -> Redis:
     return Redis(host="127.0.0.1", port=port)
 
 
-def _port_free(port: int) -> bool:
-    """Whether redis-server can listen on ``port`` and on its cluster bus, ``port`` + 10000
-    (with SO_REUSEADDR, as it does: a port a previous run left in TIME_WAIT is free)."""
-    for candidate in (port, port + 10000):
+def free_ports(first: int, count: int, offsets: tuple[int, ...] = (0,)) -> list[int]:
+    """``count`` ports from ``first`` up on which a server can listen, on the port plus each of
+    ``offsets`` too (a cluster node's bus is at + 10000). Bound with SO_REUSEADDR, as
+    redis-server does, so a port a previous run left in TIME_WAIT counts as free."""
+    ports = [port for port in range(first, first + 500) if _bindable(port, offsets)][:count]
+    if len(ports) < count:
+        raise RuntimeError(f"no {count} free ports from {first} up")
+    return ports
+
+
+def _bindable(port: int, offsets: tuple[int, ...]) -> bool:
+    for candidate in (port + offset for offset in offsets):
         with socket.socket() as s:
             s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
             try:
@@ -391,13 +399,6 @@ def _port_free(port: int) -> bool:
             except OSError:
                 return False
     return True
-
-
-def _cluster_ports(first: int, count: int) -> list[int]:
-    ports = [port for port in range(first, first + 500) if _port_free(port)][:count]
-    if len(ports) < count:
-        raise RuntimeError(f"no {count} free ports (with their bus ports) from {first} up")
-    return ports
 
 
 def _wait_for_ping(port: int) -> None:
