@@ -126,7 +126,7 @@ def test_extra_args_reach_the_server() -> None:
         Redis.from_url(server.url, decode_responses=True) as client,
     ):
         assert client.config_get("maxmemory-policy") == {"maxmemory-policy": "allkeys-lru"}
-        assert client.config_get("hash-max-listpack-value") == {"hash-max-listpack-value": "256"}
+        assert client.config_get("hash-max-listpack-value") == {"hash-max-listpack-value": "2048"}
 
 
 def test_stop_removes_the_temporary_data_dir(server: EmbeddedRedis) -> None:

@@ -33,7 +33,12 @@ from redis import Redis
 from redis.exceptions import RedisError
 
 from worker.errors import ServerNotFound
-from worker.runtime.redis_config import MIN_VERSION, THROWAWAY_DIR_PREFIX, parse_version
+from worker.runtime.redis_config import (
+    LISTPACK_VALUE,
+    MIN_VERSION,
+    THROWAWAY_DIR_PREFIX,
+    parse_version,
+)
 
 log = logging.getLogger(__name__)
 
@@ -249,7 +254,7 @@ class EmbeddedRedis:
         """The server's command line, but for its ``--dir``."""
         command = [executable, "--port", str(self.port), "--bind", self.host, "--daemonize", "no"]
         command += ["--save", "", "--appendonly", "yes" if self.appendonly else "no"]
-        command += ["--hash-max-listpack-value", "256"]  # as deploy/redis.conf
+        command += ["--hash-max-listpack-value", str(LISTPACK_VALUE)]  # as deploy/redis.conf
         if self.appendonly:  # as deploy/redis.conf
             command += ["--appendfsync", "everysec", "--auto-aof-rewrite-min-size", "1gb"]
         if self.requirepass:
@@ -371,7 +376,8 @@ class ThrowawayCluster:
             "redis-server",
             *("--port", str(port), "--bind", "127.0.0.1", "--dir", str(work), "--save", ""),
             *("--cluster-enabled", "yes", "--cluster-config-file", str(work / "nodes.conf")),
-            *("--cluster-node-timeout", "5000", "--hash-max-listpack-value", "256", *aof),
+            *("--cluster-node-timeout", "5000", *aof),
+            *("--hash-max-listpack-value", str(LISTPACK_VALUE)),
         ]
         return subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
 

@@ -29,9 +29,12 @@ NEEDS_MIN_VERSION = (
     "XAUTOCLAIM's three-element reply (7.0), which the drain reads to reclaim a dead worker's"
     " entries"
 )
-#: A packed link (weight, reason, label, source, time) is ~130 bytes; a links hash keeps the
-#: compact listpack encoding only while every value fits under the server's bound.
-LISTPACK_VALUE = 256
+#: A hash keeps the compact listpack encoding only while every value fits under the server's
+#: bound. A packed link (weight, reason, label, source, time) is ~90 bytes, and a note's largest
+#: field is its vector (4 bytes per dimension: 1,024 at the default 256) or its content: at 2048
+#: a note of the default embedder with up to ~2 KB of text is a listpack too, 1.3 KB smaller
+#: than as a hashtable (bench/README.md, "Redis memory per note").
+LISTPACK_VALUE = 2048
 #: The data dir of a server whose owner deletes it on stop (tests, the demo, ``dev --ephemeral``):
 #: no AOF is right there, so advice() does not ask for it.
 THROWAWAY_DIR_PREFIX = "zq-throwaway-"
@@ -143,9 +146,10 @@ def _listpack_advice(found: Mapping[str, str]) -> str:
     if value is None or int(value) >= LISTPACK_VALUE:
         return ""
     return (
-        f"Redis has hash-max-listpack-value {value}: links hashes will use the hashtable "
-        f"encoding, which costs ~25% more Redis CPU per organised note and ~12% more "
-        f"memory; set it to {LISTPACK_VALUE} (deploy/redis.conf)"
+        f"Redis has hash-max-listpack-value {value}: note hashes (and under 256 links hashes) "
+        f"use the hashtable encoding, which costs ~1.3 KB more memory per note (links "
+        f"hashes: ~25% more Redis CPU per organised note); set it to {LISTPACK_VALUE} "
+        f"(deploy/redis.conf)"
     )
 
 
