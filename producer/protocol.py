@@ -321,10 +321,15 @@ def validate(model: type[M], obj: Any) -> M:
 
 #: A link as stored in its note's links hash (one per direction): the weight (float64, little
 #: endian), the length of its relation label (one byte) and the label (UTF-8; empty when it has
-#: none), then the msgpack of the rest of its metadata {reason, source, at, ...}. The weight and
-#: the label, which every search reads, come out without unpacking anything.
+#: none), then the msgpack array of the rest of its metadata: the values of LINK_META in that
+#: order (nil when absent, trailing nils left out), then a map of any other keys. The weight and
+#: the label, which every search reads, come out without unpacking anything. Links written before
+#: this layout hold one msgpack map of the metadata instead, and read the same.
 LINK_HEAD = struct.Struct("<dB")
 MAX_LABEL_BYTES = 255
+#: Metadata every link carries, stored by position rather than by name (17 bytes less per link
+#: end, so a links hash's values stay short; bench/README.md, "Redis memory per note").
+LINK_META = ("reason", "source", "at")
 
 
 def pack_link(weight: float, meta: Mapping[str, Any]) -> bytes:
@@ -332,7 +337,12 @@ def pack_link(weight: float, meta: Mapping[str, Any]) -> bytes:
     label = str(rest.pop("label", None) or "").encode()
     if len(label) > MAX_LABEL_BYTES:
         raise ValueError(f"a link label takes at most {MAX_LABEL_BYTES} bytes")
-    return LINK_HEAD.pack(weight, len(label)) + label + bytes(msgpack.packb(rest))
+    row: list[Any] = [rest.pop(name, None) for name in LINK_META]
+    if rest:
+        row.append(rest)
+    while row and row[-1] is None:
+        row.pop()
+    return LINK_HEAD.pack(weight, len(label)) + label + bytes(msgpack.packb(row))
 
 
 def link_weight(raw: bytes) -> float:
@@ -353,10 +363,23 @@ def unpack_link(raw: bytes) -> tuple[float, dict[str, Any]]:
     weight, size = LINK_HEAD.unpack_from(raw)
     start = LINK_HEAD.size + size
     rest = msgpack.unpackb(raw[start:], raw=False) if len(raw) > start else {}
-    meta = rest if isinstance(rest, dict) else {}
+    meta = _link_rest(rest)
     if size:
         meta = {"label": raw[LINK_HEAD.size : start].decode(), **meta}
     return float(weight), meta
+
+
+def _link_rest(rest: Any) -> dict[str, Any]:
+    """The metadata of a packed link's tail: a LINK_META row (then a map of other keys), or the
+    map of everything that older links hold."""
+    if isinstance(rest, dict):
+        return rest
+    if not isinstance(rest, list):
+        return {}
+    row = zip(LINK_META, rest[: len(LINK_META)], strict=False)  # a row may end early
+    meta = {name: value for name, value in row if value is not None}
+    extra = rest[len(LINK_META)] if len(rest) > len(LINK_META) else None
+    return {**meta, **extra} if isinstance(extra, dict) else meta
 
 
 def link_meta(raw: bytes | None) -> dict[str, Any]:

@@ -10,6 +10,7 @@ from hypothesis import strategies as st
 
 from producer.errors import ProtocolError
 from producer.protocol import (
+    LINK_HEAD,
     PROTOCOL_VERSION,
     DeleteJob,
     Hit,
@@ -348,6 +349,18 @@ def test_a_link_without_a_label_reads_as_related_and_no_link_as_nothing() -> Non
     assert (link_meta(None), link_label(None)) == ({}, "")
     assert unpack_link(pack_link(0.25, {})) == (0.25, {})
     assert unpack_link(pack_link(0.25, {"label": "über"})) == (0.25, {"label": "über"})
+
+
+def test_a_link_keeps_its_common_metadata_by_position_and_an_older_map_still_reads() -> None:
+    meta = {"reason": "cosine 0.28; shared kouckhou", "source": "rule:similarity", "at": 1.5}
+    raw = pack_link(0.28, {**meta, "label": "related"})
+    named = LINK_HEAD.pack(0.28, 7) + b"related" + msgpack.packb(meta)
+    assert len(named) - len(raw) == 17  # the three names and their string headers
+    assert unpack_link(raw) == unpack_link(named) == (0.28, {**meta, "label": "related"})
+    with_extra = pack_link(0.5, {"reason": "r", "why": "newer", "at": 2.0})
+    assert unpack_link(with_extra) == (0.5, {"reason": "r", "why": "newer", "at": 2.0})
+    assert unpack_link(pack_link(0.5, {"source": "s"})) == (0.5, {"source": "s"})
+    assert pack_link(0.5, {}) == LINK_HEAD.pack(0.5, 0) + msgpack.packb([])
 
 
 def test_a_link_label_past_255_bytes_is_refused() -> None:
