@@ -254,6 +254,16 @@ PACKED_FIELDS = frozenset(
 )
 #: Note hash fields that hold raw bytes and are never part of the Note model.
 RAW_FIELDS = frozenset({"vec", "src"})
+#: First byte of a vector stored as float16 (ZQ_VECTOR_STORAGE=float16; worker/vectors.py): one
+#: tag byte then 2 bytes per dimension, an odd length; a float32 vector is 4 bytes per dimension.
+VECTOR_TAG_FLOAT16 = b"h"
+
+
+def vector_values(raw: bytes) -> list[float]:
+    """The floats of a stored vector in either layout; struct.error when it is neither."""
+    if len(raw) % 2 and raw[:1] == VECTOR_TAG_FLOAT16:
+        return list(struct.unpack(f"<{(len(raw) - 1) // 2}e", raw[1:]))
+    return list(struct.unpack(f"<{len(raw) // 4}f", raw))
 
 
 def note_from_hash(

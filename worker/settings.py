@@ -87,6 +87,11 @@ class WorkerSettings(ProducerSettings):
     embed_dim: int = Field(default=256, ge=16, le=4096)
     """Dimension of the hashing embedder."""
 
+    vector_storage: Literal["float32", "float16"] = "float32"
+    """How new vectors are kept in Redis: float32 (4 bytes per dimension) or float16 (2, plus
+    one; about 1e-3 off a cosine). Either reads back; a change applies to vectors written from
+    then on (worker/vectors.py)."""
+
     link_k: int = Field(default=10, ge=0, le=200)
     """Candidates looked up per new note."""
 

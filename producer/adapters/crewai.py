@@ -14,7 +14,6 @@ import asyncio
 import hashlib
 import math
 import re
-import struct
 import threading
 import time
 from collections import Counter, OrderedDict
@@ -28,7 +27,7 @@ from producer.client import MemoryClient
 from producer.connection import data_redis
 from producer.core import redis_errors
 from producer.errors import InvalidInput
-from producer.protocol import note_from_hash
+from producer.protocol import note_from_hash, vector_values
 
 try:
     from crewai.memory.storage.backend import EmbeddingDimensionMismatchError
@@ -140,7 +139,7 @@ def to_record(fields: dict[bytes, bytes]) -> MemoryRecord | None:
         importance=note.importance,
         created_at=created,
         last_accessed=accessed,
-        embedding=list(struct.unpack(f"<{len(raw) // 4}f", raw)) if raw else None,
+        embedding=vector_values(raw) if raw else None,
         source=kept["source"],
         private=kept["private"],
     )

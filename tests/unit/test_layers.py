@@ -31,7 +31,7 @@ LAYERS: tuple[tuple[str, ...], ...] = (
     ("index", "models"),
     ("daemon", "connection"),
     ("metrics", "tracing"),
-    ("settings", "errors", "text", "readable"),
+    ("settings", "errors", "text", "readable", "vectors"),
 )
 
 

@@ -24,6 +24,7 @@ import numpy as np
 from redis import Redis
 
 from producer.keys import Keys
+from worker import vectors
 from worker.errors import IndexCorrupt
 from worker.index.changelog import read_change, stream_pos
 from worker.index.lexical import LexicalIndex, analyze
@@ -182,7 +183,7 @@ def _add_from_notes(ctx: Source, proj: Projection, members: list[tuple[str, int]
             continue
         seqs.append(seq)
         ids.append(nid)
-        vecs.append(np.frombuffer(vec, dtype=np.float32))
+        vecs.append(vectors.decode(vec))
         kws.append(frozenset(msgpack.unpackb(raw_kws) if raw_kws else ()))
         terms.append(analyze(content.decode()))
     if seqs:

@@ -13,6 +13,7 @@ import numpy as np
 import numpy.typing as npt
 
 from producer.protocol import StoreJob
+from worker import vectors
 from worker.context import WorkerContext
 from worker.intake import construction
 from worker.organise import judge as llm_judge
@@ -93,7 +94,7 @@ def commit(
     capped = degree.plan_cap(ctx, ns, links, unlinked)
     by_note = _links_by_note(capped.links, [p.job.id for p in todo])
     writes = [
-        notes.NoteWrite(p.job.id, p.seq, _fields(ctx, p), vec_of(p).tobytes(), p.existing is None)
+        notes.NoteWrite(p.job.id, p.seq, _fields(ctx, p), _vec_bytes(ctx, p), p.existing is None)
         for p in todo
     ]
     with lease.fenced() as pipe:
@@ -142,6 +143,10 @@ def _links_by_note(links: list[Link], ids: list[str]) -> dict[str, dict[str, lis
         if link.b in out:
             out[link.b][link.a] = [link.weight, link.reason, link.label]
     return out
+
+
+def _vec_bytes(ctx: WorkerContext, p: Pending) -> bytes:
+    return vectors.encode(vec_of(p), ctx.settings.vector_storage)
 
 
 def vec_of(p: Pending) -> npt.NDArray[np.float32]:

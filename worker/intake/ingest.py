@@ -22,6 +22,7 @@ import numpy as np
 import numpy.typing as npt
 
 from producer.protocol import DeleteJob, RestoreJob, StoreJob
+from worker import vectors
 from worker.context import WorkerContext
 from worker.index.lexical import RARITY_PSEUDO_DOCS, analyze, stem, terms_of
 from worker.index.projection import CATCH_UP_CHUNK, Prefetched, Projection, catch_up
@@ -239,7 +240,7 @@ def _prepare(ctx: WorkerContext, todo: list[Pending], last_seq: int) -> None:
         for p in reuse:
             stored.hget(ctx.keys.note(p.job.ns, p.job.id), "vec")
         for p, raw in zip(reuse, stored.execute(), strict=True):
-            p.vec = np.frombuffer(raw, dtype=np.float32)
+            p.vec = vectors.decode(raw)
 
 
 def _construct(

@@ -25,6 +25,7 @@ from redis.client import Pipeline
 from producer import validation as v
 from producer.errors import InvalidInput
 from producer.protocol import MAX_LABEL_BYTES, LinkSide, RestoreJob, pack_link
+from worker import vectors
 from worker.context import WorkerContext
 from worker.index.projection import Projection, catch_up
 from worker.intake import construction
@@ -131,7 +132,10 @@ def restore_jobs(
         return {}
     active = [(eid, job) for eid, job in todo if job.status == "active"]
     vecs = embed_cached(ctx, [job.content for _, job in active])
-    vec_of = {job.id: vec.tobytes() for (_, job), vec in zip(active, vecs, strict=True)}
+    storage = ctx.settings.vector_storage
+    vec_of = {
+        job.id: vectors.encode(vec, storage) for (_, job), vec in zip(active, vecs, strict=True)
+    }
     stored = _present(ctx, ns, {link.target for _, job in active for link in job.links})
     last_seq = int(ctx.redis.get(ctx.keys.seq(ns)) or 0)
     _commit(ctx, lease, ns, todo, vec_of, stored, last_seq)

@@ -38,6 +38,7 @@ import msgpack
 from pydantic import BaseModel, Field
 from redis.client import Pipeline
 
+from worker import vectors
 from worker.context import WorkerContext
 from worker.models.vector_cache import embed_cached
 from worker.organise import llm
@@ -329,7 +330,11 @@ def _commit(ctx: WorkerContext, ns: str, drafts: list[Draft], graph: Graph) -> i
         linked = notes.read_links(ctx.redis, keys, ns, ids)
         seqs = _seqs(ctx, ns, ids, existing)
         pipe = ctx.redis.pipeline(transaction=True)
-        writes = [_write(ctx, ns, d, vec.tobytes(), seqs, existing, graph) for d, vec in fresh]
+        storage = ctx.settings.vector_storage
+        writes = [
+            _write(ctx, ns, d, vectors.encode(vec, storage), seqs, existing, graph)
+            for d, vec in fresh
+        ]
         notes.write_notes(pipe, keys, ns, writes, ctx.settings.changelog_max)
         links = [
             Link(d.plan.insight_id, m, INSIGHT_LINK_WEIGHT, "abstracted_from", "abstracted_from")

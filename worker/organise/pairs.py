@@ -14,6 +14,7 @@ from typing import Any
 
 import numpy as np
 
+from worker import vectors
 from worker.context import WorkerContext
 from worker.index.projection import catch_up
 from worker.store.notes import decode_fields
@@ -103,7 +104,7 @@ def nearest(
     ]
     if not rows:
         return {}
-    vecs = np.vstack([np.frombuffer(vec, dtype=np.float32) for _, vec in rows])
+    vecs = np.vstack([vectors.decode(vec) for _, vec in rows])
     proj = ctx.projection(ns)
     with proj.lock:
         catch_up(ctx, proj)
@@ -136,7 +137,7 @@ def cosines(
         pipe.hmget(ctx.keys.note(ns, nid), ["vec", "embedder"])
     model = ctx.embedder.name.encode()
     vecs = {
-        nid: np.frombuffer(vec, dtype=np.float32)
+        nid: vectors.decode(vec)
         for nid, (vec, emb) in zip(ids, pipe.execute(), strict=True)
         if vec and emb == model
     }

@@ -19,6 +19,7 @@ import numpy as np
 import numpy.typing as npt
 
 from producer import validation
+from worker import vectors
 from worker.context import WorkerContext
 from worker.index import changelog
 from worker.index.projection import catch_up
@@ -98,10 +99,12 @@ def _reembed_batch(ctx: WorkerContext, ns: str, stale: dict[str, Row]) -> int:
 def _commit(
     ctx: WorkerContext, ns: str, keep: list[tuple[str, Row, npt.NDArray[np.float32]]]
 ) -> None:
-    keys, name = ctx.keys, ctx.embedder.name
+    keys, name, storage = ctx.keys, ctx.embedder.name, ctx.settings.vector_storage
     pipe = ctx.redis.pipeline(transaction=True)
     for nid, row, vec in keep:
-        pipe.hset(keys.note(ns, nid), mapping={"vec": vec.tobytes(), "embedder": name})
+        pipe.hset(
+            keys.note(ns, nid), mapping={"vec": vectors.encode(vec, storage), "embedder": name}
+        )
         notes.audit(
             pipe,
             keys,

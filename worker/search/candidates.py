@@ -12,6 +12,7 @@ import numpy as np
 import numpy.typing as npt
 
 from producer.protocol import Hit, link_label, link_weights
+from worker import vectors
 from worker.context import WorkerContext
 from worker.search import ranking
 from worker.store.bulk import BulkPipeline, fields
@@ -144,7 +145,7 @@ def queue_hit_fields(
         for c, raw in zip(bare, replies[start : start + len(bare)], strict=True):
             c.fields.update(decode_fields(list(HIT_FIELDS[:-1]), raw[:-1]))
             if raw[-1] is not None and c.fields.get("embedder") == embedder:
-                c.vec = np.frombuffer(raw[-1], dtype=np.float32)
+                c.vec = vectors.decode(raw[-1])
                 c.similarity = float(c.vec @ qvec[0])
         links(replies)
 

@@ -14,6 +14,7 @@ from redis import Redis
 
 from producer.keys import Keys
 from producer.protocol import unpack_link
+from worker import vectors
 from worker.store import notes
 from worker.store.bulk import BulkPipeline, fields
 
@@ -89,7 +90,7 @@ def header(ns: str, count: int, first: Mapping[str, Any] | None) -> dict[str, An
         "exported_at": time.time(),
         "count": count,
         "embedder": raw.get(b"embedder", b"").decode(),
-        "dims": len(raw.get(b"vec", b"")) // 4,
+        "dims": vectors.dims(raw.get(b"vec", b"")),
     }
 
 
