@@ -330,24 +330,40 @@ def validate(model: type[M], obj: Any) -> M:
 
 
 #: A link as stored in its note's links hash (one per direction): the weight (float64, little
-#: endian), the length of its relation label (one byte) and the label (UTF-8; empty when it has
-#: none), then the msgpack array of the rest of its metadata: the values of LINK_META in that
-#: order (nil when absent, trailing nils left out), then a map of any other keys. The weight and
-#: the label, which every search reads, come out without unpacking anything. Links written before
-#: this layout hold one msgpack map of the metadata instead, and read the same.
+#: endian), the length of its relation label (one byte) and the label (UTF-8; empty for the
+#: default, DEFAULT_LABEL), then the msgpack array of the rest of its metadata: the values of
+#: LINK_META in that order (nil when absent, trailing nils left out; a source in LINK_SOURCES as
+#: its index), then a map of any other keys. The weight and the label, which every search reads,
+#: come out without unpacking anything. Links written before this layout hold one msgpack map of
+#: the metadata instead, and read the same.
 LINK_HEAD = struct.Struct("<dB")
 MAX_LABEL_BYTES = 255
+DEFAULT_LABEL = "related"  #: the relation of a link that names none
 #: Metadata every link carries, stored by position rather than by name (17 bytes less per link
-#: end, so a links hash's values stay short; bench/README.md, "Redis memory per note").
+#: end, so a links hash stays small; bench/README.md, "Redis memory per note").
 LINK_META = ("reason", "source", "at")
+#: The sources zettelq's own jobs write, stored as their index here (a small int instead of up to
+#: 20 bytes per link end). Append only: a stored index must keep naming the same source.
+LINK_SOURCES = (
+    "rule:similarity",
+    "rule:sequence",
+    "consolidation",
+    "merge",
+    "importance",
+    "supersession",
+    "supersession:revert",
+)
+_SOURCE_INDEX = {name: i for i, name in enumerate(LINK_SOURCES)}
 
 
 def pack_link(weight: float, meta: Mapping[str, Any]) -> bytes:
     rest = dict(meta)
-    label = str(rest.pop("label", None) or "").encode()
+    text = str(rest.pop("label", None) or "")
+    label = b"" if text == DEFAULT_LABEL else text.encode()
     if len(label) > MAX_LABEL_BYTES:
         raise ValueError(f"a link label takes at most {MAX_LABEL_BYTES} bytes")
     row: list[Any] = [rest.pop(name, None) for name in LINK_META]
+    row[1] = _SOURCE_INDEX.get(row[1], row[1]) if isinstance(row[1], str) else row[1]
     if rest:
         row.append(rest)
     while row and row[-1] is None:
@@ -360,22 +376,23 @@ def link_weight(raw: bytes) -> float:
 
 
 def link_label(raw: bytes | None) -> str:
-    """The relation label of a packed link ("related" when it has none; "" when there is no
-    link)."""
+    """The relation label of a packed link (DEFAULT_LABEL when it names none; "" when there is
+    no link)."""
     if not raw:
         return ""
     end = LINK_HEAD.size + raw[LINK_HEAD.size - 1]
-    return raw[LINK_HEAD.size : end].decode() or "related"
+    return raw[LINK_HEAD.size : end].decode() or DEFAULT_LABEL
 
 
 def unpack_link(raw: bytes) -> tuple[float, dict[str, Any]]:
-    """The weight and the metadata, as stored, of a packed link."""
+    """The weight and the metadata of a packed link; a link with any metadata has a label (the
+    default when it names none)."""
     weight, size = LINK_HEAD.unpack_from(raw)
     start = LINK_HEAD.size + size
     rest = msgpack.unpackb(raw[start:], raw=False) if len(raw) > start else {}
     meta = _link_rest(rest)
-    if size:
-        meta = {"label": raw[LINK_HEAD.size : start].decode(), **meta}
+    if size or meta:
+        meta = {"label": raw[LINK_HEAD.size : start].decode() or DEFAULT_LABEL, **meta}
     return float(weight), meta
 
 
@@ -388,15 +405,16 @@ def _link_rest(rest: Any) -> dict[str, Any]:
         return {}
     row = zip(LINK_META, rest[: len(LINK_META)], strict=False)  # a row may end early
     meta = {name: value for name, value in row if value is not None}
+    source = meta.get("source")
+    if isinstance(source, int) and not isinstance(source, bool):
+        meta["source"] = LINK_SOURCES[source] if 0 <= source < len(LINK_SOURCES) else str(source)
     extra = rest[len(LINK_META)] if len(rest) > len(LINK_META) else None
     return {**meta, **extra} if isinstance(extra, dict) else meta
 
 
 def link_meta(raw: bytes | None) -> dict[str, Any]:
-    """The metadata of a packed link ({} when there is no link or it carries none); a link
-    without a label reads as "related"."""
-    meta = unpack_link(raw)[1] if raw else {}
-    return {"label": "related", **meta} if meta else {}
+    """The metadata of a packed link ({} when there is no link or it carries none)."""
+    return unpack_link(raw)[1] if raw else {}
 
 
 def link_weights(reply: Mapping[bytes, bytes] | list[bytes]) -> dict[str, float]:

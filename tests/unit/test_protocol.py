@@ -355,12 +355,21 @@ def test_a_link_keeps_its_common_metadata_by_position_and_an_older_map_still_rea
     meta = {"reason": "cosine 0.28; shared kouckhou", "source": "rule:similarity", "at": 1.5}
     raw = pack_link(0.28, {**meta, "label": "related"})
     named = LINK_HEAD.pack(0.28, 7) + b"related" + msgpack.packb(meta)
-    assert len(named) - len(raw) == 17  # the three names and their string headers
+    # the default label, the three names and the source's text are not stored
+    assert len(named) - len(raw) == 7 + 17 + 15
     assert unpack_link(raw) == unpack_link(named) == (0.28, {**meta, "label": "related"})
-    with_extra = pack_link(0.5, {"reason": "r", "why": "newer", "at": 2.0})
-    assert unpack_link(with_extra) == (0.5, {"reason": "r", "why": "newer", "at": 2.0})
-    assert unpack_link(pack_link(0.5, {"source": "s"})) == (0.5, {"source": "s"})
+    with_extra = pack_link(0.5, {"reason": "r", "why": "newer", "at": 2.0, "source": "llm:x"})
+    assert unpack_link(with_extra) == (
+        0.5,
+        {"reason": "r", "why": "newer", "at": 2.0, "source": "llm:x", "label": "related"},
+    )
+    assert unpack_link(pack_link(0.5, {"source": "merge"})) == (
+        0.5,
+        {"source": "merge", "label": "related"},
+    )
     assert pack_link(0.5, {}) == LINK_HEAD.pack(0.5, 0) + msgpack.packb([])
+    unknown = LINK_HEAD.pack(0.5, 0) + msgpack.packb([None, 99])  # from a newer version
+    assert unpack_link(unknown)[1]["source"] == "99"
 
 
 def test_a_link_label_past_255_bytes_is_refused() -> None:
