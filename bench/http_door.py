@@ -2,8 +2,9 @@
 MemoryClient in the same run, and stores/s with 4 concurrent clients through each.
 
 Run from the repo root: ``.venv/bin/python bench/http_door.py`` (about a minute).
-It starts its own redis-server (worker.runtime.devserver) and ``zettelq serve`` (one uvicorn
-process, 127.0.0.1) as a subprocess with a fresh key prefix, and creates one write token. No worker
+It starts its own redis-server (worker.runtime.devserver), or uses the one ``--redis`` names,
+and ``zettelq serve`` (one uvicorn process, 127.0.0.1) as a subprocess with a fresh key prefix
+(whose keys it deletes at the end), and creates one write token. No worker
 runs: a store is the producer's cost only (validation, packing, one EVALSHA that XADDs to the shard
 stream), and through HTTP also the request, the token check (one HGETALL) and the response.
 
@@ -30,10 +31,12 @@ import subprocess
 import sys
 import time
 from collections.abc import Callable
+from contextlib import ExitStack
 from dataclasses import dataclass, field
 from pathlib import Path
 
 import httpx
+from redis import Redis
 
 from producer import MemoryClient, ProducerSettings
 from producer.adapters.tokens import TokenStore
@@ -198,25 +201,35 @@ def main() -> int:
     p.add_argument("--calls", type=int, default=1000, help="timed calls per path per round")
     p.add_argument("--clients", type=int, default=4)
     p.add_argument("--seconds", type=float, default=10.0)
+    p.add_argument("--redis", help="a Redis URL to use (default: a redis-server of its own)")
     args = p.parse_args()
-    with EmbeddedRedis() as redis_server:
-        prefix = f"http{os.getpid()}"
-        settings = ProducerSettings(redis_url=redis_server.url, key_prefix=prefix, max_pending=0)
-        with TokenStore.from_settings(settings) as tokens:
-            secret, _ = tokens.create(write=[NS], label="bench")
-        port = free_port()
-        proc = serve(settings, port)
-        try:
-            url = f"http://127.0.0.1:{port}"
-            tables = [
-                latency(settings, port, proc.pid, secret, args.rounds, args.calls),
-                throughput(settings, url, secret, args),
-            ]
-        finally:
-            proc.terminate()
-            proc.wait(10)
+    with ExitStack() as stack:
+        url = args.redis or stack.enter_context(EmbeddedRedis()).url
+        tables = run(url, args)
     sys.stdout.write("\n\n".join(tables) + "\n")
     return 0
+
+
+def run(redis_url: str, args: argparse.Namespace) -> list[str]:
+    """Both tables, under a key prefix of the run's own (deleted afterwards)."""
+    prefix = f"http{os.getpid()}"
+    settings = ProducerSettings(redis_url=redis_url, key_prefix=prefix, max_pending=0)
+    with TokenStore.from_settings(settings) as tokens:
+        secret, _ = tokens.create(write=[NS], label="bench")
+    port = free_port()
+    proc = serve(settings, port)
+    try:
+        url = f"http://127.0.0.1:{port}"
+        return [
+            latency(settings, port, proc.pid, secret, args.rounds, args.calls),
+            throughput(settings, url, secret, args),
+        ]
+    finally:
+        proc.terminate()
+        proc.wait(10)
+        with Redis.from_url(redis_url) as r:
+            for key in r.scan_iter(f"{prefix}:*", count=1000):
+                r.delete(key)
 
 
 if __name__ == "__main__":

@@ -125,10 +125,10 @@ def data_redis(settings: ProducerSettings, **kwargs: Any) -> Redis | RedisCluste
 
 
 def async_data_redis(settings: ProducerSettings, **kwargs: Any) -> AsyncRedis | AsyncRedisCluster:
-    """The asyncio twin of ``data_redis``."""
-    return connect_async(
-        settings.redis_url, **async_redis_kwargs(settings), **_sentinel_auth(settings), **kwargs
-    )
+    """The asyncio twin of ``data_redis``, whose ``kwargs`` may also replace zettelq's options
+    (``retry``...)."""
+    options = {**async_redis_kwargs(settings), **_sentinel_auth(settings), **kwargs}
+    return connect_async(settings.redis_url, **options)
 
 
 def _sentinel_auth(settings: ProducerSettings) -> dict[str, str]:

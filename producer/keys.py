@@ -40,6 +40,9 @@ P:token:<token_id>             hash    one HTTP/MCP bearer token: sha256 (hex) o
                                        label, read and write (JSON lists of namespaces, ``*`` =
                                        any), created_at (see producer/adapters/tokens.py)
 P:tokens                       set     every token id, for `zettelq token list`
+P:tokens:changed               channel pub/sub: the id of each token revoked; every HTTP or MCP
+                                       door drops its cached grant (producer/adapters/
+                                       revocation.py)
 P:{ns}:note:<id>               hash    one note (fields: see producer.protocol.NOTE_FIELDS; ``src``:
                                        the inbox entry of the last store or delete applied); a
                                        deleted id never stored holds only id, status, src
@@ -194,6 +197,10 @@ class Keys:
 
     def tokens(self) -> str:
         return f"{self.prefix}:tokens"
+
+    def tokens_changed(self) -> str:
+        """The pub/sub channel of revoked token ids (not a key)."""
+        return f"{self.prefix}:tokens:changed"
 
     # namespace keys
     def note(self, ns: str, note_id: str) -> str:

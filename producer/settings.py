@@ -187,6 +187,12 @@ class ProducerSettings(BaseSettings):
     """Largest request body the HTTP API (zettelq serve) accepts; a larger one gets 413 before
     it is read."""
 
+    token_cache_s: float = Field(default=5.0, ge=0, le=3_600)
+    """How long the HTTP API and MCP over HTTP keep a verified bearer token's grant in the
+    process (0 = ask Redis on every request). A revocation reaches them by pub/sub within
+    milliseconds; this only bounds how long a token changed behind zettelq's back stays seen
+    as it was. Not used on a Redis Cluster."""
+
 
 #: the password of a URL's user info (``redis://user:password@host``), not shown in errors
 URL_PASSWORD = re.compile(r"(://[^:/@]*:)[^@]*@")

@@ -3,12 +3,13 @@ by its bearer token (producer/adapters/tokens.py; ``pip install 'zettelq[mcp]'``
 
 ``http_app(settings)`` is an ASGI (Starlette) app: the MCP endpoint at ``/mcp`` and ``GET
 /health``. A guard in front of the endpoint answers 401 to a missing, unknown or revoked token
-before the request reaches the MCP server, and picks the namespace the call acts on: the one
-named by the ``X-Zettelq-Namespace`` header, which the token must grant (else 403), or without
-the header the token's one write namespace (or its one read namespace when it writes none).
-Each tool then checks the grant: a write tool needs the namespace in the token's write grant, a
-read tool in its read grant, else the tool error names ``Forbidden``. Errors of the guard are
-JSON ``{"error": {"type": ..., "message": ...}}`` as the HTTP API's are.
+before the request reaches the MCP server (a token's grant is read from Redis once, then
+cached until it is revoked: producer/adapters/revocation.py), and picks the namespace the call
+acts on: the one named by the ``X-Zettelq-Namespace`` header, which the token must grant (else
+403), or without the header the token's one write namespace (or its one read namespace when it
+writes none). Each tool then checks the grant: a write tool needs the namespace in the token's
+write grant, a read tool in its read grant, else the tool error names ``Forbidden``. Errors of
+the guard are JSON ``{"error": {"type": ..., "message": ...}}`` as the HTTP API's are.
 
 A tool call of the 2026-07-28 protocol (one self-contained POST) to a tool that sends no
 notifications while it runs (every tool but ``memory_store_many``, which reports progress) is
@@ -18,7 +19,8 @@ handshake protocols and their sessions) takes the SDK's SSE path. The JSON reply
 SSE path sends for such a call; a client that hangs up does not cancel the call.
 
 The app can be mounted in another ASGI app (the HTTP API's ``extra_mounts``) as long as that
-app runs its lifespan, which runs the MCP session manager and closes the Redis clients.
+app runs its lifespan, which runs the MCP session manager and the revocation subscription, and
+closes the Redis clients.
 """
 
 from __future__ import annotations
@@ -45,6 +47,7 @@ except ImportError as exc:  # pragma: no cover - only without the extra
 
 from producer import validation as v
 from producer.adapters.mcp import REPORTING, TOOLS, build_server
+from producer.adapters.revocation import following, grant_cache
 from producer.adapters.tokens import ANY, AsyncTokenStore, Forbidden, Grant, Unauthenticated
 from producer.async_client import AsyncMemoryClient
 from producer.connection import async_data_redis
@@ -87,6 +90,7 @@ def http_app(
     ``host`` is where it listens (loopback turns on the SDK's DNS-rebinding protection)."""
     client = AsyncMemoryClient(settings)
     redis = async_data_redis(settings, socket_timeout=settings.socket_timeout_s)
+    tokens = AsyncTokenStore(redis, settings.key_prefix, grant_cache(settings))
     server = build_server(client, granted_namespace)
     server.custom_route(HEALTH_PATH, methods=["GET"])(health)
     app = server.streamable_http_app(streamable_http_path=path, stateless_http=stateless, host=host)
@@ -103,7 +107,7 @@ def http_app(
     @asynccontextmanager
     async def lifespan(app: Starlette) -> AsyncIterator[None]:
         try:
-            async with sessions(app), replies.run():
+            async with sessions(app), replies.run(), following(settings, tokens.cache):
                 yield
         finally:
             await client.aclose()
@@ -111,7 +115,7 @@ def http_app(
 
     app.router.lifespan_context = lifespan
     app.add_middleware(QuietCalls, replies=replies, path=path)
-    app.add_middleware(TokenGuard, tokens=AsyncTokenStore(redis, settings.key_prefix))
+    app.add_middleware(TokenGuard, tokens=tokens)
     return app
 
 

@@ -10,6 +10,12 @@ Whatever is read back from Redis is untrusted: a record that does not parse (or 
 not match) authenticates nobody and is skipped by ``list``. A door refuses a request with
 ``Unauthenticated`` (no valid token: HTTP 401) or ``Forbidden`` (the grant lacks the namespace:
 HTTP 403).
+
+A door keeps the grants it has verified in a GrantCache (ZQ_TOKEN_CACHE_S), so a known token
+costs no Redis round trip; the secret's digest is still compared on every request. ``revoke``
+PUBLISHes the token id on ``P:tokens:changed`` in the transaction that deletes the token, and
+each door drops the id's grant when the message arrives (producer/adapters/revocation.py runs
+that subscription and says when the cache is bypassed).
 """
 
 from __future__ import annotations
@@ -23,7 +29,8 @@ import math
 import re
 import secrets
 import time
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass
 from typing import Any
 
 import redis
@@ -158,6 +165,74 @@ def verify(secret: str, token_id: str, raw: Mapping[bytes, bytes]) -> Grant | No
     return parse_grant(token_id, raw)
 
 
+@dataclass(frozen=True, slots=True)
+class CachedGrant:
+    """A grant verified from Redis, the digest its record held, and when it stops being served."""
+
+    grant: Grant
+    sha256: bytes
+    expires_at: float
+
+    def admit(self, secret: str) -> Grant | None:
+        """The grant when ``secret`` hashes to the cached digest (compared in constant time)."""
+        return self.grant if hmac.compare_digest(self.sha256, digest(secret).encode()) else None
+
+
+class GrantCache:
+    """Verified grants by token id, in one door process. It serves only while it is live (its
+    subscription to revocations is confirmed; producer/adapters/revocation.py starts and stops
+    it), each grant for at most ``max_age_s``, and a read of Redis fills it only if no drop,
+    start or stop came between the read's ``ticket`` and its ``put`` (the record read may be the
+    one just revoked). Policy only: the caller reads Redis."""
+
+    def __init__(self, max_age_s: float, clock: Callable[[], float] = time.monotonic) -> None:
+        self.max_age_s = max_age_s
+        self._clock = clock
+        self._grants: dict[str, CachedGrant] = {}
+        self._live = False
+        self._epoch = 0  # moves on every drop, start and stop
+
+    @property
+    def live(self) -> bool:
+        return self._live
+
+    def get(self, token_id: str) -> CachedGrant | None:
+        """The cached grant of ``token_id`` while it is fresh and the cache live, else None."""
+        cached = self._grants.get(token_id) if self._live else None
+        if cached is not None and self._clock() >= cached.expires_at:
+            del self._grants[token_id]
+            return None
+        return cached
+
+    def ticket(self) -> int | None:
+        """Taken before a read of Redis and handed to ``put`` after it; None while not live."""
+        return self._epoch if self._live else None
+
+    def put(self, ticket: int | None, grant: Grant, sha256: bytes) -> None:
+        """Keep ``grant`` unless the cache was dropped from, started or stopped since ``ticket``."""
+        if ticket is not None and ticket == self._epoch:
+            expires_at = self._clock() + self.max_age_s
+            self._grants[grant.token_id] = CachedGrant(grant, sha256, expires_at)
+
+    def drop(self, token_id: str) -> None:
+        """Forget the grant of ``token_id`` (revoked), and any read under way."""
+        self._epoch += 1
+        self._grants.pop(token_id, None)
+
+    def start(self) -> None:
+        """The subscription is confirmed: serve from now on, starting empty."""
+        self._reset(live=True)
+
+    def stop(self) -> None:
+        """The subscription is gone: serve nothing (every check reads Redis) until ``start``."""
+        self._reset(live=False)
+
+    def _reset(self, live: bool) -> None:
+        self._epoch += 1
+        self._grants.clear()
+        self._live = live
+
+
 class TokenStore:
     """Creates, lists, revokes and checks tokens in Redis under one key prefix."""
 
@@ -216,18 +291,21 @@ class TokenStore:
         return secret, grant
 
     def revoke(self, token_id: str) -> bool:
-        """Delete a token; False when no token has that id."""
+        """Delete a token and tell the doors (PUBLISH on ``P:tokens:changed``); False when no
+        token has that id."""
         if not isinstance(token_id, str) or not TOKEN_ID_RE.fullmatch(token_id):
             return False
         with redis_errors():
             if isinstance(self._redis, RedisCluster):  # two slots: the token itself first
+                # and no PUBLISH: no door caches grants on a cluster (see revocation.py)
                 deleted = self._redis.delete(self.keys.token(token_id))
                 removed = self._redis.srem(self.keys.tokens(), token_id)
                 return bool(deleted or removed)
             pipe = self._redis.pipeline(transaction=True)
             pipe.delete(self.keys.token(token_id))
             pipe.srem(self.keys.tokens(), token_id)
-            deleted, removed = pipe.execute()
+            pipe.publish(self.keys.tokens_changed(), token_id)
+            deleted, removed, _ = pipe.execute()
         return bool(deleted or removed)
 
     def list(self) -> builtins.list[Grant]:
@@ -266,20 +344,31 @@ class TokenStore:
 
 
 class AsyncTokenStore:
-    """``TokenStore.check`` for asyncio servers, on an asyncio Redis client."""
+    """``TokenStore.check`` for asyncio servers, on an asyncio Redis client, with the grants
+    ``cache`` gives and keeps (when there is one, see GrantCache)."""
 
-    def __init__(self, redis: aioredis.Redis, key_prefix: str) -> None:
+    def __init__(
+        self, redis: aioredis.Redis, key_prefix: str, cache: GrantCache | None = None
+    ) -> None:
         self._redis = redis
         self.keys = Keys(key_prefix)
+        self.cache = cache
 
     async def check(self, secret: str) -> Grant | None:
         token_id = token_id_of(secret)
         if token_id is None:
             return None
+        cached = self.cache.get(token_id) if self.cache else None
+        if cached is not None:
+            return cached.admit(secret)
+        ticket = self.cache.ticket() if self.cache else None
         with redis_errors():
             try:
                 raw = await self._redis.hgetall(self.keys.token(token_id))
             except ResponseError as exc:
                 raise_unless_wrong_type(exc)
                 return None
-        return verify(secret, token_id, raw) if raw else None
+        grant = verify(secret, token_id, raw) if raw else None
+        if grant is not None and self.cache is not None:
+            self.cache.put(ticket, grant, raw[b"sha256"])
+        return grant

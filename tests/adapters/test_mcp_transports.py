@@ -31,7 +31,7 @@ from producer.adapters.mcp import Found, Stored
 from producer.adapters.mcp_http import choose_namespace, http_app
 from producer.adapters.tokens import Forbidden, Grant, TokenStore
 from producer.errors import InvalidInput
-from tests.adapters.conftest import uvicorn_serving
+from tests.adapters.conftest import eventually, token_reads, uvicorn_serving
 from tests.adapters.test_mcp import call, error_of, text
 from tests.conftest import drain_all
 from worker.cli.mcp import DEFAULT_PORT
@@ -259,6 +259,24 @@ def test_streamable_http_without_a_valid_token_is_401_and_no_data(
     assert reply.headers["www-authenticate"].startswith("Bearer")
     assert reply.json()["error"]["type"] == "Unauthenticated"
     assert "tools" not in reply.text
+
+
+def test_streamable_http_refuses_a_revoked_cached_token_once_the_publish_arrives(
+    settings: WorkerSettings, tokens: TokenStore, redis_db
+):
+    secret, grant = tokens.create(write=["a"])
+    door = settings.model_copy(update={"token_cache_s": 600.0})  # only the revoke ends it
+    headers = {"Authorization": f"Bearer {secret}"}
+
+    with uvicorn_serving(http_app(door)) as url, httpx2.Client(base_url=url) as http:
+
+        def post() -> int:
+            return http.post("/mcp", json={}, headers=headers).status_code
+
+        eventually(lambda: token_reads(redis_db, post) == 0, "the token's grant is cached")
+        assert tokens.revoke(grant.token_id)
+        eventually(lambda: post() == 401, "the revoked token is refused")
+        assert post() == 401
 
 
 def test_the_cursor_http_example_reaches_the_server_with_its_token(

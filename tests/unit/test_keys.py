@@ -44,6 +44,7 @@ GLOBAL_KEYS: list[Callable[[Keys], str]] = [
     lambda k: k.vcache("hash-v1-d256", "ab" * 32),
     lambda k: k.token("0123456789abcdef"),
     Keys.tokens,
+    Keys.tokens_changed,
 ]
 
 

@@ -7,8 +7,9 @@ routes in its write grant. The guard in front of the app answers 401 to a missin
 revoked token before anything else is read, and 413 to a body over ZQ_HTTP_MAX_BODY_BYTES
 before it is read whole. Errors are JSON ``{"error": {"type": ..., "message": ...}}``, where
 ``type`` is the name of the zettelq error class (see ``errors.STATUS``). A store is what
-``AsyncMemoryClient.store`` does: one Redis write (after one read for the token), never a wait
-on a worker. A namespace with ``/`` in it is written ``%2F`` in the path.
+``AsyncMemoryClient.store`` does: one Redis write (and one read for a token whose grant is not
+cached, see producer/adapters/revocation.py), never a wait on a worker. A namespace with ``/``
+in it is written ``%2F`` in the path.
 
 Modules: ``guard`` (authentication and body size, in front of FastAPI; what requests share),
 ``routes``, ``bodies`` (request and response models) and ``errors`` (statuses and JSON errors).
@@ -39,6 +40,7 @@ from producer.adapters.http import errors
 from producer.adapters.http.bodies import Health
 from producer.adapters.http.guard import API_PREFIX, Guard, Resources
 from producer.adapters.http.routes import api
+from producer.adapters.revocation import following
 from producer.errors import ZettelqError
 from producer.settings import ProducerSettings
 
@@ -79,6 +81,7 @@ def create_app(
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
         async with AsyncExitStack() as stack:
             stack.push_async_callback(res.aclose)
+            await stack.enter_async_context(following(res.settings, res.tokens.cache))
             for sub in mounts.values():
                 if isinstance(sub, Starlette):
                     await stack.enter_async_context(sub.router.lifespan_context(sub))

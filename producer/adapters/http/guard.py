@@ -8,6 +8,7 @@ from urllib.parse import unquote
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from producer.adapters.http.errors import PayloadTooLarge, error_response
+from producer.adapters.revocation import grant_cache
 from producer.adapters.tokens import AsyncTokenStore, Grant, Unauthenticated
 from producer.async_client import AsyncMemoryClient
 from producer.connection import async_data_redis
@@ -20,14 +21,15 @@ ENCODED_SLASH = re.compile(rb"%2[fF]")  #: a ``/`` inside a path segment
 
 
 class Resources:
-    """What every request shares: one AsyncMemoryClient and the token store. Nothing connects
-    until the first request; ``aclose`` (when the app stops) closes both."""
+    """What every request shares: one AsyncMemoryClient and the token store with its grant
+    cache (producer/adapters/revocation.py; the app's lifespan follows the revocations). Nothing
+    connects until the first request; ``aclose`` (when the app stops) closes both."""
 
     def __init__(self, settings: ProducerSettings) -> None:
         self.settings = settings
         self.client = AsyncMemoryClient(settings)
         self._redis = async_data_redis(settings, socket_timeout=settings.socket_timeout_s)
-        self.tokens = AsyncTokenStore(self._redis, settings.key_prefix)
+        self.tokens = AsyncTokenStore(self._redis, settings.key_prefix, grant_cache(settings))
 
     async def aclose(self) -> None:
         await self.client.aclose()
