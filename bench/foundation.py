@@ -542,10 +542,15 @@ def main(argv: Sequence[str] | None = None) -> int:
         + "\n".join(line for r in results for line in summary(r))
         + "\n"
     )
-    sys.stdout.write("\n" + markdown)
-    if args.output:
-        args.output.write_text(markdown)
+    publish(markdown, args.output)
     return 0
+
+
+def publish(markdown: str, output: Path | None) -> None:
+    """Print a run's markdown, and write it to ``output`` when given."""
+    sys.stdout.write("\n" + markdown)
+    if output:
+        output.write_text(markdown)
 
 
 if __name__ == "__main__":

@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import argparse
 import logging
-import os
 import sys
 import tempfile
 import time
@@ -30,6 +29,7 @@ from bench.foundation import (
     Result,
     code_version,
     loadavg,
+    publish,
     queue_notes,
     start_worker,
     stop_worker,
@@ -165,22 +165,15 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    logging.basicConfig(
-        stream=sys.stdout, level=logging.INFO, format="%(asctime)s %(levelname)s %(message)s"
-    )
+    logging.basicConfig(stream=sys.stdout, level=logging.INFO, format="%(message)s")
     args = parse_args(argv)
-    started = time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())
-    results = []
-    for listpack in args.listpack:
-        results.append(run(args.notes, listpack, args.env))
-        log.info("%s: %.0f B per note", results[-1].config, results[-1].used / args.notes)
-    markdown = (
-        f"Run started {started}; code {code_version()}; {args.notes:,} notes of ~200 bytes, "
-        f"the default hashing embedder (256 dimensions), pid {os.getpid()}.\n\n{table(results)}"
+    head = (
+        f"Run started {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}; code "
+        f"{code_version()}; {args.notes:,} notes of ~200 bytes, the default hashing embedder (256 "
+        f"dimensions).\n\n"
     )
-    sys.stdout.write("\n" + markdown)
-    if args.output:
-        args.output.write_text(markdown)
+    usages = [run(args.notes, listpack, args.env) for listpack in args.listpack]
+    publish(head + table(usages), args.output)
     return 0
 
 

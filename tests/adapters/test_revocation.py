@@ -127,8 +127,7 @@ def test_while_the_subscription_is_down_a_revoke_holds_at_once_and_the_cache_com
 def test_a_record_changed_behind_zettelqs_back_holds_after_the_age_bound(
     tokens: TokenStore, redis_db: Redis, tmp_path: Path
 ) -> None:
-    door = make_settings(tmp_path, key_prefix=tokens.keys.prefix, token_cache_s=0.2)
-    with served(door) as api:
+    with served(make_settings(tmp_path, key_prefix=tokens.keys.prefix, token_cache_s=0.2)) as api:
         secret, grant = tokens.create(write=["a"])
         until_cached(redis_db, api, secret)
 
@@ -140,8 +139,7 @@ def test_a_record_changed_behind_zettelqs_back_holds_after_the_age_bound(
 def test_with_no_cache_every_request_reads_its_token(
     tokens: TokenStore, redis_db: Redis, tmp_path: Path
 ) -> None:
-    door = make_settings(tmp_path, key_prefix=tokens.keys.prefix, token_cache_s=0)
-    with served(door) as api:
+    with served(make_settings(tmp_path, key_prefix=tokens.keys.prefix, token_cache_s=0)) as api:
         secret, _ = tokens.create(write=["a"])
 
         assert [token_reads(redis_db, storer(api, secret)) for _ in range(20)] == [1] * 20
