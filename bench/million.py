@@ -95,6 +95,7 @@ DELETES = 1_000  #: notes deleted through the client
 CONTROLS = 200  #: live notes searched by their own content (the check must be able to fail)
 MEMORY_SAMPLE = 2_000  #: note and links hashes sampled by MEMORY USAGE
 READ_CHUNK = 5_000  #: keys per pipelined round trip
+SEARCH_TIMEOUT_S = 120.0  #: a search's reply timeout (a snapshot save holds the index meanwhile)
 START_TIMEOUT_S = 1_200.0  #: longest wait for a restarted worker's first answer
 SNAPSHOT_TIMEOUT_S = (
     900.0  #: longest wait for a snapshot at the change log's tail, past its interval
@@ -102,6 +103,8 @@ SNAPSHOT_TIMEOUT_S = (
 NPROBE_SWEEP = (8, 32, 128, 512)  #: IVF nprobe values the recall is also measured at
 SWEEP_QUERIES = 200  #: the first queries of the recall measure, for the nprobe sweep
 DENSE = {"dense": 1.0, "lexical": 0.0}  #: search weights of the dense channel alone
+#: the searches compared and checked: the worker's default channels, and the dense one alone
+MODES: tuple[tuple[str, dict[str, float]], ...] = (("default", {}), ("dense", DENSE))
 P50_GOAL_MS, GROWTH_GOAL, RECALL_GOAL, WARM_GOAL_S = 3.0, 3.0, 0.95, 30.0  #: the issue's goals
 #: the server settings the report quotes (EmbeddedRedis sets deploy/redis.conf's listpack value)
 REDIS_CONFIG = ("save", "appendonly", "hash-max-listpack-value", "hash-max-listpack-entries")
@@ -122,6 +125,7 @@ class Checkpoint:
     memory: list[tuple[str, int, float]] = field(default_factory=list)  #: kind, keys, B/note
     encodings: dict[str, Counter[str]] = field(default_factory=dict)
     load: str = ""
+    snapshot: Snapshot | None = None  #: the one saved once drained, before the searches
 
 
 @dataclass
@@ -139,6 +143,7 @@ class Run:
     base_memory: int = 0
     checkpoints: list[Checkpoint] = field(default_factory=list)
     snapshot_runs: dict[float, float] = field(default_factory=dict)  #: at -> seconds
+    rates: list[tuple[int, float]] = field(default_factory=list)  #: notes, notes/s in a window
     facts: dict[str, Any] = field(default_factory=dict)
     checks: list[tuple[str, bool | None, str]] = field(default_factory=list)  #: name, ok, value
 
@@ -184,6 +189,9 @@ def worker(run: Run, name: str, **overrides: str) -> Iterator[subprocess.Popen[b
         yield proc
     finally:
         stop_worker(proc)
+        if run.args.logs:
+            run.args.logs.mkdir(parents=True, exist_ok=True)
+            shutil.copy(path, run.args.logs / path.name)
         rebuilds = re.findall(
             r"index rebuilt kind=(\w+) from=(\w+) n=(\d+) in ([\d.]+)ms", log_of(path)
         )
@@ -221,8 +229,14 @@ class Watch:
     def __init__(self, run: Run, proc: subprocess.Popen[bytes], sampler: RssSampler) -> None:
         self.run, self.proc, self.sampler = run, proc, sampler
         self.notes = self.pending = 0
-        self.changed_at = self.logged_at = time.monotonic()
+        self.changed_at = time.monotonic()
         self.stall_s = 0.0
+        self.restart()
+
+    def restart(self) -> None:
+        """Begin a stretch: its stall and its first progress window start now."""
+        self.stall_s = 0.0
+        self.logged_at, self.logged_notes = time.monotonic(), self.notes
 
     def poll(self) -> None:
         run, keys = self.run, self.run.mem.keys
@@ -247,11 +261,15 @@ class Watch:
             raise RuntimeError(f"no note organised for {STALL_S:.0f}s ({pending} queued)")
         self.notes, self.pending = notes, pending
         if now - self.logged_at >= PROGRESS_S:
-            self.logged_at = now
+            rate = (notes - self.logged_notes) / (now - self.logged_at)
+            run.rates.append((notes, rate))
+            self.logged_at, self.logged_notes = now, notes
             self.sampler.sample()
             log.info(
-                "progress: %d organised, %d queued, %d/%d sent, RSS peak %.0f MiB, Redis %.0f MiB",
+                "progress: %d organised (%.0f/s), %d queued, %d/%d sent, RSS peak %.0f MiB, "
+                "Redis %.0f MiB",
                 notes,
+                rate,
                 pending,
                 len(run.ids),
                 max(run.args.sizes),
@@ -263,7 +281,7 @@ class Watch:
 def ingest_to(run: Run, n: int, watch: Watch) -> Checkpoint:
     """Queue notes until ``n`` were sent, wait until all are organised; time the stretch."""
     started, first = time.monotonic(), len(run.ids)
-    watch.stall_s = 0.0
+    watch.restart()
     while len(run.ids) < n:
         watch.poll()
         if watch.pending > BACKLOG_MAX - CHUNK:
@@ -310,7 +328,14 @@ def timed_search(run: Run, weights: dict[str, float]) -> Latency:
     queries = [run.queries.query() for _ in range(WARMUP + SEARCHES)]
 
     def call(i: int) -> None:
-        run.mem.search(queries[i], namespace=NAMESPACE, k=K, fresh=True, weights=weights)
+        run.mem.search(
+            queries[i],
+            namespace=NAMESPACE,
+            k=K,
+            fresh=True,
+            weights=weights,
+            timeout_s=SEARCH_TIMEOUT_S,
+        )
 
     return timed(call, SEARCHES, WARMUP)
 
@@ -399,13 +424,13 @@ def change_tail(run: Run) -> str:
     return last[0][0].decode() if last else "0-0"
 
 
-def wait_snapshot(run: Run, ctx: WorkerContext, proc: subprocess.Popen[bytes]) -> Path:
+def wait_snapshot(run: Run, ctx: WorkerContext, proc: subprocess.Popen[bytes]) -> Snapshot:
     """Wait until the worker saved the namespace at the change log's tail; the snapshot path."""
     settings = ctx.settings
     path = snapshot_path(ctx, NAMESPACE)
     tail, started = change_tail(run), time.monotonic()
     deadline = started + settings.snapshot_every_s + SNAPSHOT_TIMEOUT_S
-    seen: int | None = None
+    seen = 0
     while True:
         stamp = mtime_ns(path.with_suffix(".meta"))
         if stamp is not None and stamp != seen:
@@ -415,10 +440,34 @@ def wait_snapshot(run: Run, ctx: WorkerContext, proc: subprocess.Popen[bytes]) -
         if proc.poll() is not None or time.monotonic() > deadline:
             raise RuntimeError(f"no snapshot at {tail} in {path.parent}")
         time.sleep(1.0)
+    saved = Snapshot(path, save_seconds(run, seen / 1e9), size_mib(path))
     log.info(
-        "snapshot at %s after %.1fs (%.0f MiB)", tail, time.monotonic() - started, size_mib(path)
+        "snapshot at %s after %.1fs: saved in %.1fs, %.0f MiB",
+        tail,
+        time.monotonic() - started,
+        saved.seconds,
+        saved.mib,
     )
-    return path
+    return saved
+
+
+@dataclass(frozen=True)
+class Snapshot:
+    path: Path
+    seconds: float  #: the snapshot run that wrote it (catch-up and save, lock held)
+    mib: float
+
+
+def save_seconds(run: Run, written_at: float) -> float:
+    """How long the snapshot run that finished writing at ``written_at`` took, once recorded."""
+    deadline = time.monotonic() + 30.0
+    while time.monotonic() < deadline:
+        raw = run.r.hget(run.mem.keys.runs(), "snapshot")
+        record = json.loads(raw) if raw else {}
+        if record.get("namespaces") and record["at"] + record["seconds"] >= written_at - 1.0:
+            return float(record["seconds"])
+        time.sleep(0.2)
+    return float("nan")
 
 
 def snapshot_position(path: Path) -> str | None:
@@ -431,6 +480,7 @@ def snapshot_position(path: Path) -> str | None:
 
 
 def mtime_ns(path: Path) -> int | None:
+    """The file's modification time, None while it does not exist."""
     try:
         return path.stat().st_mtime_ns
     except OSError:
@@ -540,20 +590,22 @@ def check_index(
 # --- restart, delete, evict -------------------------------------------------------------------
 
 
+def hit_ids(run: Run, query: str, weights: dict[str, float]) -> list[str]:
+    """The ids a search answers, best first (reinforce off: the search changes nothing)."""
+    hits = run.mem.search(
+        query,
+        namespace=NAMESPACE,
+        k=K,
+        weights=weights,
+        reinforce=False,
+        timeout_s=SEARCH_TIMEOUT_S,
+    )
+    return [h.id for h in hits]
+
+
 def answers(run: Run, queries: Sequence[str]) -> dict[str, list[list[str]]]:
-    """Hit ids per query, default channels and dense alone (reinforce off: no state changes)."""
-    out: dict[str, list[list[str]]] = {}
-    for mode, weights in (("default", {}), ("dense", DENSE)):
-        out[mode] = [
-            [
-                h.id
-                for h in run.mem.search(
-                    q, namespace=NAMESPACE, k=K, weights=weights, reinforce=False
-                )
-            ]
-            for q in queries
-        ]
-    return out
+    """Hit ids per query, by the default channels and by the dense one alone."""
+    return {mode: [hit_ids(run, q, weights) for q in queries] for mode, weights in MODES}
 
 
 def compare(
@@ -578,21 +630,15 @@ def found_by_content(
     run: Run, ids: Sequence[str], contents: Sequence[bytes | None], weights: dict[str, float]
 ) -> int:
     """How many of ``ids`` are among the hits of a search for their own content."""
-    found = 0
-    for nid, content in zip(ids, contents, strict=True):
-        if content:
-            hits = run.mem.search(
-                content.decode(), namespace=NAMESPACE, k=K, weights=weights, reinforce=False
-            )
-            found += any(h.id == nid for h in hits)
-    return found
+    pairs = zip(ids, contents, strict=True)
+    return sum(nid in hit_ids(run, content.decode(), weights) for nid, content in pairs if content)
 
 
 def check_gone(run: Run, what: str, ids: list[str], contents: Sequence[bytes | None]) -> None:
     """None of ``ids`` is found by its own content; live notes are (the control)."""
     live = random.Random(len(ids)).sample(list(active_members(run)), CONTROLS)
     live_contents = note_fields(run, live, "content")
-    for mode, weights in (("default", {}), ("dense", DENSE)):
+    for mode, weights in MODES:
         back = found_by_content(run, ids, contents, weights)
         control = found_by_content(run, live, live_contents, weights)
         run.check(
@@ -622,7 +668,7 @@ def delete_some(run: Run, ctx: WorkerContext, proc: subprocess.Popen[bytes]) -> 
         f"{before:,} -> {after:,}, {still} still active",
     )
     check_gone(run, f"{DELETES:,} deleted notes", victims, contents)
-    index = VectorIndex.load(wait_snapshot(run, ctx, proc))
+    index = VectorIndex.load(wait_snapshot(run, ctx, proc).path)
     check_index(run, "after the deletes", index, active_members(run), seqs)
     return seqs
 
@@ -649,7 +695,7 @@ def evict_some(run: Run, ctx: WorkerContext, deleted: set[int]) -> None:
         check_gone(
             run, f"{len(sample):,} evicted notes", sample, note_fields(run, sample, "content")
         )
-        index = VectorIndex.load(wait_snapshot(run, ctx, proc))
+        index = VectorIndex.load(wait_snapshot(run, ctx, proc).path)
     check_index(run, "after the eviction", index, after, deleted | {before[nid] for nid in evicted})
 
 
@@ -676,8 +722,11 @@ def restart_and_delete(
 # --- the run ---------------------------------------------------------------------------------
 
 
-def ingest(run: Run, ctx: WorkerContext, queries: list[str]) -> dict[str, list[list[str]]]:
-    """Grow the namespace through every checkpoint; the restart queries' answers at the end."""
+def ingest(
+    run: Run, ctx: WorkerContext, queries: list[str]
+) -> tuple[dict[str, list[list[str]]], Snapshot]:
+    """Grow the namespace through every checkpoint; the restart queries' answers at the end and
+    the snapshot saved then."""
     with worker(run, "ingest") as proc:
         sampler = RssSampler(proc.pid).start()
         try:
@@ -685,23 +734,38 @@ def ingest(run: Run, ctx: WorkerContext, queries: list[str]) -> dict[str, list[l
             watch = Watch(run, proc, sampler)
             for n in run.args.sizes:
                 cp = ingest_to(run, n, watch)
+                cp.snapshot = wait_snapshot(run, ctx, proc)  # so that no save stalls the searches
                 measure_checkpoint(run, cp, sampler)
                 run.checkpoints.append(cp)
             before = answers(run, queries)
-            path = wait_snapshot(run, ctx, proc)
+            saved = wait_snapshot(run, ctx, proc)  # at once: searches leave the change log be
         finally:
             sampler.stop()
-    measure_recall(run, ctx, path)
-    return before
+    return before, saved
+
+
+@contextmanager
+def phase(run: Run, name: str) -> Iterator[None]:
+    """Run one phase after the ingest; a failure is a failed check, and the next phase runs."""
+    try:
+        yield
+    except Exception as exc:
+        log.exception("%s failed", name)
+        run.check(f"{name} ran to its end", False, f"{type(exc).__name__}: {exc}")
 
 
 def bench(run: Run) -> None:
     ctx = WorkerContext.build(settings_of(env_of(run)))
     corpus = Corpus(seed=3)
     queries = [corpus.query() for _ in range(RESTART_QUERIES)]
-    before = ingest(run, ctx, queries)
-    deleted = restart_and_delete(run, ctx, queries, before)
-    evict_some(run, ctx, deleted)
+    before, saved = ingest(run, ctx, queries)
+    with phase(run, "recall"):
+        measure_recall(run, ctx, saved.path)
+    deleted: set[int] = set()
+    with phase(run, "restart and delete"):
+        deleted = restart_and_delete(run, ctx, queries, before)
+    with phase(run, "eviction"):
+        evict_some(run, ctx, deleted)
 
 
 # --- the report ------------------------------------------------------------------------------
@@ -716,6 +780,7 @@ def checkpoint_table(run: Run) -> list[str]:
     rows: list[tuple[str, Callable[[Checkpoint], str]]] = [
         ("organised notes/s over the stretch", lambda c: f"{c.rate:,.0f} ({c.stretch_s:.0f} s)"),
         ("longest spell with jobs queued and none organised", lambda c: f"{c.stall_s:.1f} s"),
+        ("snapshot once drained: save (lock held), size", snapshot_cell),
         ("worker tree peak RSS over the stretch", lambda c: f"{c.rss_mib:,.0f} MiB"),
         (
             "Redis used_memory per note (above the empty server)",
@@ -735,6 +800,10 @@ def checkpoint_table(run: Run) -> list[str]:
     out.append("|---" * (len(cps) + 1) + "|")
     out += [f"| {name} | " + " | ".join(cell(c) for c in cps) + " |" for name, cell in rows]
     return out
+
+
+def snapshot_cell(c: Checkpoint) -> str:
+    return f"{c.snapshot.seconds:.1f} s, {c.snapshot.mib:,.0f} MiB" if c.snapshot else "—"
 
 
 def ratios(c: Checkpoint) -> str:
@@ -854,7 +923,11 @@ def report(run: Run, started: str, redis_info: dict[str, str]) -> str:
         + "; ".join(f"{k}: {dict(v)}" for k, v in top.encodings.items())
         + ".",
         "",
-        f"Snapshots during ingest: {len(snaps)} saves, longest {max(snaps, default=0):.1f} s, "
+        "Ingest rate by N (notes organised, notes/s over the last "
+        f"{PROGRESS_S:.0f} s): "
+        + (", ".join(f"{n:,}: {r:,.0f}" for n, r in run.rates) or "—")
+        + ".",
+        f"Snapshot runs seen by the ingest polls: {len(snaps)} saves, longest {max(snaps, default=0):.1f} s, "
         f"total {sum(snaps):.1f} s (each holds the projection's lock: ingest and search wait).",
         "Index rebuilds logged (worker, kind, from, n, ms): "
         + ("; ".join(" ".join(row) for row in run.facts.get("rebuilds", [])) or "none")
@@ -879,6 +952,7 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     )
     p.add_argument("--snapshot-every-s", type=float, default=60.0, help="the workers' interval")
     p.add_argument("--output", type=Path, help="also write the markdown here")
+    p.add_argument("--logs", type=Path, help="copy the workers' logs into this folder")
     args = p.parse_args(argv)
     args.sizes = sorted(int(s.replace("_", "")) for s in args.sizes.split(",") if s.strip())
     if not args.sizes or args.sizes[0] < max(RECALL_QUERIES, DELETES * 3):
