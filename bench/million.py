@@ -2,9 +2,13 @@
 search latency, memory, recall of the approximate index, restart and deletion measured on the way.
 
 Run from the repo root: ``PYTHONPATH=. .venv/bin/python bench/million.py`` (default sizes
-10,000, 100,000 and 1,000,000: about 25 minutes, ingest being 10 to 15 of them; 24 GiB is ample).
-The bench starts its own redis-server (``--port``, no RDB and no AOF) so that INFO memory is the
-namespace's alone, and one ``zettelq worker`` (ZQ_MAX_NOTES=0: no eviction while it grows).
+10,000, 100,000 and 1,000,000: 25 to 35 minutes, ingest 12 to 20 of them; at 1M Redis takes
+about 7.5 GB, the worker 5 GB and the bench 3 GB while it measures recall). The bench starts its
+own redis-server (``--port``, no RDB and no AOF; ``--redis-arg`` adds arguments) so that INFO
+memory is the namespace's alone, and ``zettelq worker`` processes one at a time (ZQ_MAX_NOTES=0
+while the namespace grows). The workers get none of the shell's ZQ_ variables: ``--worker-env
+ZQ_NAME=VALUE`` sets one, e.g. ``--sizes 3000,12000,30000 --worker-env ZQ_ANN_THRESHOLD=2000
+--snapshot-every-s 10`` for a one-minute run whose index turns approximate at 2,000 notes.
 
 1. Ingest: seeded ``foundation.py`` notes are queued with ``store_many()`` in chunks of 500,
    keeping the inbox backlog under ``BACKLOG_MAX`` so queued jobs do not count as note memory.
@@ -14,9 +18,11 @@ namespace's alone, and one ``zettelq worker`` (ZQ_MAX_NOTES=0: no eviction while
    at the same moment as their base, and 0 lost / 0 duplicated: the active zset holds exactly the
    returned ids, ``seqs`` has one seq per note, the inbox and the dead-letter stream are empty.
    Redis memory per key kind: MEMORY USAGE (SAMPLES 0) of ``MEMORY_SAMPLE`` random note and links
-   hashes and of every other key, with the encodings of the sampled hashes.
-2. Recall: the worker saves its snapshot (every ``--snapshot-every-s``; the bench waits for one
-   at the change log's tail, then stops it); the snapshot is loaded with ``VectorIndex.load`` and
+   hashes and of every other key, with the encodings of the sampled hashes. The searches wait for
+   the worker's snapshot at the change log's tail (a save holds the index: it would stall them).
+2. Recall: the worker saves its snapshots every ``--snapshot-every-s`` (nothing is saved on
+   shutdown), so the bench waits for one at the change log's tail, then stops it; the snapshot
+   is loaded with ``VectorIndex.load`` and
    its top-10 for ``RECALL_QUERIES`` corpus queries (the default hashing embedder) compared with
    an exact ``IndexFlatIP`` over the vectors read from Redis.
 3. Restart: a worker started with the snapshot (warm) and one with the snapshot directory emptied
@@ -471,12 +477,17 @@ def save_seconds(run: Run, written_at: float) -> float:
 
 
 def snapshot_position(path: Path) -> str | None:
-    meta = path.with_suffix(".meta")
+    """The change-log position in the snapshot's sidecar, read without unpacking its notes."""
     try:
-        side = msgpack.unpackb(meta.read_bytes(), raw=False, strict_map_key=False)
-    except (OSError, ValueError):
+        with path.with_suffix(".meta").open("rb") as f:
+            unpacker = msgpack.Unpacker(f, raw=False, strict_map_key=False)
+            for _ in range(unpacker.read_map_header()):
+                if unpacker.unpack() == "position":
+                    return str(unpacker.unpack())
+                unpacker.skip()
+    except (OSError, ValueError, msgpack.UnpackException):
         return None
-    return str(side["position"])
+    return None
 
 
 def mtime_ns(path: Path) -> int | None:
@@ -927,8 +938,9 @@ def report(run: Run, started: str, redis_info: dict[str, str]) -> str:
         f"{PROGRESS_S:.0f} s): "
         + (", ".join(f"{n:,}: {r:,.0f}" for n, r in run.rates) or "—")
         + ".",
-        f"Snapshot runs seen by the ingest polls: {len(snaps)} saves, longest {max(snaps, default=0):.1f} s, "
-        f"total {sum(snaps):.1f} s (each holds the projection's lock: ingest and search wait).",
+        f"Snapshot runs seen by the ingest polls: {len(snaps)} saves, longest "
+        f"{max(snaps, default=0):.1f} s, total {sum(snaps):.1f} s (each holds the projection's "
+        "lock: ingest and search wait).",
         "Index rebuilds logged (worker, kind, from, n, ms): "
         + ("; ".join(" ".join(row) for row in run.facts.get("rebuilds", [])) or "none")
         + ".",
