@@ -103,9 +103,8 @@ MEMORY_SAMPLE = 2_000  #: note and links hashes sampled by MEMORY USAGE
 READ_CHUNK = 5_000  #: keys per pipelined round trip
 SEARCH_TIMEOUT_S = 120.0  #: a search's reply timeout (a snapshot save holds the index meanwhile)
 START_TIMEOUT_S = 1_200.0  #: longest wait for a restarted worker's first answer
-SNAPSHOT_TIMEOUT_S = (
-    900.0  #: longest wait for a snapshot at the change log's tail, past its interval
-)
+#: longest wait for a snapshot at the change log's tail, past the snapshot interval
+SNAPSHOT_TIMEOUT_S = 900.0
 NPROBE_SWEEP = (8, 32, 128, 512)  #: IVF nprobe values the recall is also measured at
 SWEEP_QUERIES = 200  #: the first queries of the recall measure, for the nprobe sweep
 DENSE = {"dense": 1.0, "lexical": 0.0}  #: search weights of the dense channel alone
@@ -198,13 +197,10 @@ def worker(run: Run, name: str, **overrides: str) -> Iterator[subprocess.Popen[b
         if run.args.logs:
             run.args.logs.mkdir(parents=True, exist_ok=True)
             shutil.copy(path, run.args.logs / path.name)
-        rebuilds = re.findall(
-            r"index rebuilt kind=(\w+) from=(\w+) n=(\d+) in ([\d.]+)ms", log_of(path)
-        )
+        text = log_of(path)
+        rebuilds = re.findall(r"index rebuilt kind=(\w+) from=(\w+) n=(\d+) in ([\d.]+)ms", text)
         run.facts.setdefault("rebuilds", []).extend((name, *row) for row in rebuilds)
-        errors = [
-            line for line in log_of(path).splitlines() if " ERROR" in line or "Traceback" in line
-        ]
+        errors = [line for line in text.splitlines() if re.search(r"(ERROR|CRITICAL)/", line)]
         if errors:
             log.warning("worker %s logged %d errors, first: %s", name, len(errors), errors[0])
             run.facts.setdefault("worker errors", []).append((name, len(errors), errors[0]))
@@ -837,7 +833,7 @@ def memory_table(run: Run) -> list[str]:
     sums = [sum(r[2] for r in c.memory) for c in cps]
     out.append("| sum of MEMORY USAGE | " + " | ".join(f"{s:,.0f}" for s in sums) + " |")
     out.append(
-        "| used_memory delta (allocator, main dict) | "
+        "| used_memory delta (the sum + allocator and keyspace overhead) | "
         + " | ".join(f"{c.used_per_note:,.0f}" for c in cps)
         + " |"
     )
