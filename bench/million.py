@@ -94,7 +94,7 @@ BACKLOG_MAX = 50_000  #: most queued jobs in the inbox while ingesting
 POLL_S = 0.2  #: stats polling interval
 PROGRESS_S = 30.0  #: progress line interval
 STALL_S = 180.0  #: give up when no note is organised for this long with jobs queued
-SEARCHES, WARMUP = 300, 50  #: timed and untimed searches per series
+SEARCHES, WARMUP = 500, 50  #: timed and untimed searches per series
 RECALL_QUERIES = 1_000  #: queries of the recall measure
 RESTART_QUERIES = 50  #: queries compared across restarts
 DELETES = 1_000  #: notes deleted through the client
@@ -203,7 +203,10 @@ def worker(run: Run, name: str, **overrides: str) -> Iterator[subprocess.Popen[b
         errors = [line for line in text.splitlines() if re.search(r"(ERROR|CRITICAL)/", line)]
         if errors:
             log.warning("worker %s logged %d errors, first: %s", name, len(errors), errors[0])
-            run.facts.setdefault("worker errors", []).append((name, len(errors), errors[0]))
+            logged = f"{name}: {len(errors)} lines, the first `{errors[0].strip()}`"
+            run.facts["worker errors"] = "; ".join(
+                filter(None, [run.facts.get("worker errors"), logged])
+            )
 
 
 def log_of(path: Path) -> str:
