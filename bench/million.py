@@ -2,8 +2,9 @@
 search latency, memory, recall of the approximate index, restart and deletion measured on the way.
 
 Run from the repo root: ``PYTHONPATH=. .venv/bin/python bench/million.py`` (default sizes
-10,000, 100,000 and 1,000,000: 25 to 35 minutes, ingest 12 to 20 of them; at 1M Redis takes
-about 7.5 GB, the worker 5 GB and the bench 3 GB while it measures recall). The bench starts its
+10,000, 100,000 and 1,000,000: 30 to 40 minutes on the 2-core host, ingest about 20 of them, as
+one worker's rate falls from ~2,000 notes/s at 10k to ~1,000 at 400k; at 1M Redis takes about
+7.5 GB, the worker 5 GB and the bench 3 GB while it measures recall). The bench starts its
 own redis-server (``--port``, no RDB and no AOF; ``--redis-arg`` adds arguments) so that INFO
 memory is the namespace's alone, and ``zettelq worker`` processes one at a time (ZQ_MAX_NOTES=0
 while the namespace grows). The workers get none of the shell's ZQ_ variables: ``--worker-env
