@@ -260,10 +260,12 @@ def worker_env(redis_url: str, prefix: str, index_dir: str) -> dict[str, str]:
     return env
 
 
-def start_worker(env: dict[str, str], log_path: Path) -> subprocess.Popen[bytes]:
+def start_worker(
+    env: dict[str, str], log_path: Path, loglevel: str = "WARNING"
+) -> subprocess.Popen[bytes]:
     with log_path.open("wb") as out:
         return subprocess.Popen(
-            [sys.executable, "-m", "worker.cli.main", "worker", "--loglevel=WARNING"],
+            [sys.executable, "-m", "worker.cli.main", "worker", f"--loglevel={loglevel}"],
             env=env,
             cwd=ROOT,
             stdout=out,

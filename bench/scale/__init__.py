@@ -1,0 +1,1 @@
+"""The parts of bench/million.py, the million-note namespace bench."""
