@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
+import time
+
 import pytest
 
 from producer import MemoryClient, NotFound
-from tests.conftest import make_settings
+from tests.conftest import drain_all, make_settings
 from tests.integration.test_store_search import SEED_000
 from worker.context import WorkerContext
+from worker.organise import eviction
 from worker.organise.periodic import run_periodic
 from worker.runtime.servers import SearchServer
 from worker.store.integrity import check_namespace
@@ -50,3 +53,22 @@ def test_eviction_tombstones_the_lowest_value_notes_everywhere(redis_db, tmp_pat
     finally:
         srv.stop()
         ctx.close()
+
+
+def test_an_eviction_slower_than_the_lease_keeps_it_and_commits(redis_db, tmp_path, monkeypatch):
+    """At 1M notes reading every note's survival takes seconds, past ZQ_LEASE_S: the namespace
+    lease is renewed while the job runs (it expired, and the commit raised LeaseLost, before)."""
+    settings = make_settings(tmp_path, max_notes=3, lease_s=1.0)
+    read = eviction._survivors
+
+    def slow(ctx, ns):
+        time.sleep(2.5)  # longer than the 1 s lease
+        return read(ctx, ns)
+
+    monkeypatch.setattr(eviction, "_survivors", slow)
+    with WorkerContext.build(settings) as ctx, MemoryClient(settings) as mem:
+        mem.store_many(SEED_000, namespace="slow")
+        drain_all(ctx)
+        assert run_periodic(ctx, "evict") == 2
+        assert mem.stats("slow").notes == 3
+        assert check_namespace(ctx, "slow") == []

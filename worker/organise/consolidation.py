@@ -321,7 +321,10 @@ def _commit(ctx: WorkerContext, ns: str, drafts: list[Draft], graph: Graph) -> i
     """Embed, then under the namespace lock write the drafts still valid in one MULTI/EXEC."""
     vecs = embed_cached(ctx, [d.content for d in drafts])
     keys = ctx.keys
-    with Lease(ctx.redis, keys.lock(ns), ctx.settings.lease_s, owner=ctx.consumer):
+    with (
+        Lease(ctx.redis, keys.lock(ns), ctx.settings.lease_s, owner=ctx.consumer) as lease,
+        lease.kept(),
+    ):
         fresh = [(d, v) for d, v in zip(drafts, vecs, strict=True) if _still_valid(ctx, ns, d)]
         if not fresh:
             return 0

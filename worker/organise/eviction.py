@@ -55,7 +55,7 @@ def evict_namespace(ctx: WorkerContext, ns: str) -> int:
     s = ctx.settings
     if s.max_notes <= 0 or ctx.redis.zcard(ctx.keys.active(ns)) <= s.max_notes:
         return 0
-    with Lease(ctx.redis, ctx.keys.lock(ns), s.lease_s, owner=ctx.consumer) as lease:
+    with Lease(ctx.redis, ctx.keys.lock(ns), s.lease_s, owner=ctx.consumer) as lease, lease.kept():
         now = time.time()
         victims = select_evictions(
             _survivors(ctx, ns), s.max_notes, now, s.recency_half_life_days * 86_400

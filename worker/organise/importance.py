@@ -212,7 +212,10 @@ def _commit(ctx: WorkerContext, ns: str, updates: list[Update]) -> int:
     """Write one chunk under the namespace lock, skipping notes deleted or re-stored since they
     were read; return how many were written."""
     keys = ctx.keys
-    with Lease(ctx.redis, keys.lock(ns), ctx.settings.lease_s, owner=ctx.consumer):
+    with (
+        Lease(ctx.redis, keys.lock(ns), ctx.settings.lease_s, owner=ctx.consumer) as lease,
+        lease.kept(),
+    ):
         check = ctx.redis.pipeline(transaction=False)
         for u in updates:
             check.hmget(keys.note(ns, u.id), ["status", "importance"])

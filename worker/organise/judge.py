@@ -247,7 +247,7 @@ def _commit(ctx: WorkerContext, ns: str, raw: list[bytes], judged: list[Judged],
     """Under the namespace lock: re-check, apply the verdicts, pop the entries judged."""
     keys, s = ctx.keys, ctx.settings
     source = f"model:{s.llm_model}"
-    with Lease(ctx.redis, keys.lock(ns), s.lease_s, owner=ctx.consumer) as lease:
+    with Lease(ctx.redis, keys.lock(ns), s.lease_s, owner=ctx.consumer) as lease, lease.kept():
         if ctx.redis.lrange(keys.judge(ns), 0, len(raw) - 1) != raw:
             return 0  # another run judged these entries meanwhile
         ok = [j for j in judged if j.picks is not None]

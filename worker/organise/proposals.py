@@ -61,7 +61,10 @@ def commit_drafts(
     if not drafts:
         ctx.redis.set(keys.evolved(ns), cursor)
         return 0
-    with Lease(ctx.redis, keys.lock(ns), ctx.settings.lease_s, owner=ctx.consumer) as lease:
+    with (
+        Lease(ctx.redis, keys.lock(ns), ctx.settings.lease_s, owner=ctx.consumer) as lease,
+        lease.kept(),
+    ):
         fresh = _unchanged(ctx, ns, drafts)
         now = time.time()
         with lease.fenced() as pipe:

@@ -84,7 +84,10 @@ def _stale(ctx: WorkerContext, row: Row) -> bool:
 def _reembed_batch(ctx: WorkerContext, ns: str, stale: dict[str, Row]) -> int:
     """Embed, then commit under the namespace lock the notes that did not change meanwhile."""
     vecs = embed_cached(ctx, [(row[0] or b"").decode() for row in stale.values()])
-    with Lease(ctx.redis, ctx.keys.lock(ns), ctx.settings.lease_s, owner=ctx.consumer):
+    with (
+        Lease(ctx.redis, ctx.keys.lock(ns), ctx.settings.lease_s, owner=ctx.consumer) as lease,
+        lease.kept(),
+    ):
         current = _read(ctx, ns, list(stale))
         keep = [
             (nid, row, vec)

@@ -221,7 +221,10 @@ def supersede_namespace(ctx: WorkerContext, ns: str) -> int:
         if s.llm_url is not None:
             left = [t for t in news if t.id not in {d.new_id for d in decided}]
             decided += judge_llm(ctx, ns, left, near, texts)
-        with Lease(ctx.redis, ctx.keys.lock(ns), s.lease_s, owner=ctx.consumer) as lease:
+        with (
+            Lease(ctx.redis, ctx.keys.lock(ns), s.lease_s, owner=ctx.consumer) as lease,
+            lease.kept(),
+        ):
             done = apply(ctx, ns, lease, decided)
         ctx.redis.hset(ctx.keys.stats(ns), CURSOR, max(seq for _, seq in fresh))
     ctx.redis.hset(ctx.keys.stats(ns), "last_supersede", time.time())
@@ -328,7 +331,10 @@ def revert_supersession(ctx: WorkerContext, ns: str, old_id: str) -> bool:
     before, after = entry
     new_id = str(after["superseded_by"])
     keys = ctx.keys
-    with Lease(ctx.redis, keys.lock(ns), ctx.settings.lease_s, owner=ctx.consumer) as lease:
+    with (
+        Lease(ctx.redis, keys.lock(ns), ctx.settings.lease_s, owner=ctx.consumer) as lease,
+        lease.kept(),
+    ):
         texts = pairs.read_texts(ctx, ns, [old_id, new_id])
         old, new = texts.get(old_id), texts.get(new_id)
         if old is None or old.superseded_by != new_id:
