@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 
+import msgpack
 import pytest
 
 from producer import MemoryClient
@@ -12,7 +13,8 @@ from tests.conftest import drain_all, make_settings
 from tests.e2e.workers import wait_until
 from tests.integration.test_consolidation import OTHER, SOLAR
 from worker.context import WorkerContext
-from worker.index.projection import snapshot_path
+from worker.index.projection import freeze, snapshot_path, write_snapshot
+from worker.index.vector import VectorIndex
 from worker.organise.periodic import PeriodicRun, last_runs, run_periodic
 from worker.runtime.organiser import OrganiseServer
 from worker.runtime.snapshotter import Snapshotter, snapshot_all
@@ -215,3 +217,28 @@ def test_a_process_saves_its_projections_on_its_own_interval(tmp_path):
         assert last_run(ctx, "snapshot").work == 1
     finally:
         ctx.close()
+
+
+def test_a_snapshot_is_written_from_its_copy_while_the_projection_moves_on(pctx):
+    """The projection's lock is held for the copy only: notes organised while the snapshot is
+    written are not in it, and a process that loads it catches up on them."""
+    seed(pctx, "x")
+    proj = pctx.projection("x")
+    with proj.lock:
+        frozen = freeze(pctx, proj)
+    first = set(proj.ids.values())
+    seed(pctx, "x")  # organised (the projection moves) before the snapshot is written
+    assert set(pctx.projection("x").ids.values()) > first
+    path = write_snapshot(pctx, frozen)
+    side = msgpack.unpackb(path.with_suffix(".meta").read_bytes(), strict_map_key=False)
+    assert side["position"] == frozen.side["position"] != proj.position
+    assert {nid for _, nid in side["ids"]} == first
+    assert len(VectorIndex.load(path)) == len(first)
+
+    restarted = WorkerContext.build(pctx.settings)
+    try:
+        loaded = restarted.projection("x")
+        assert set(loaded.ids.values()) == set(proj.ids.values())  # the snapshot, caught up
+        assert len(loaded.index) == len(proj.index)
+    finally:
+        restarted.close()

@@ -272,6 +272,27 @@ def test_a_loaded_index_accepts_adds_and_removes(tmp_path: pathlib.Path, n: int,
     assert loaded.search(new, k=1)[1][0, 0] == 5
 
 
+@pytest.mark.parametrize(
+    ("n", "ann", "kind"), [(30, "ivf", "flat"), (120, "hnsw", "hnsw"), (2_000, "ivf", "ivf")]
+)
+def test_a_copy_answers_as_the_index_did_whatever_changes_after_it(
+    tmp_path: pathlib.Path, n: int, ann: Ann, kind: str
+) -> None:
+    index, vecs = filled(n, ann_threshold=50, ann=ann)
+    before = index.search(vecs, k=5)
+    copy = index.copy()
+
+    index.remove(seq_array(0, 1, 2))
+    index.add(seq_array(n + 1), unit_vectors(1, seed=7))
+    copy.save(tmp_path / "ns.zqindex")
+
+    assert copy.kind == kind and len(copy) == n and len(index) == n - 2
+    for got, want in zip(
+        VectorIndex.load(tmp_path / "ns.zqindex").search(vecs, k=5), before, strict=True
+    ):
+        np.testing.assert_array_equal(got, want)
+
+
 def test_save_replaces_an_existing_snapshot(tmp_path: pathlib.Path) -> None:
     path = tmp_path / "ns.zqindex"
     filled(10)[0].save(path)

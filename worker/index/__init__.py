@@ -6,7 +6,14 @@ projection reads from any ``Source`` (Redis, keys, settings, the embedder's name
 
 from worker.index.changelog import stream_pos
 from worker.index.lexical import LexicalIndex
-from worker.index.projection import Projection, Source, catch_up, open_projection, save_snapshot
+from worker.index.projection import (
+    Projection,
+    Source,
+    catch_up,
+    freeze,
+    open_projection,
+    write_snapshot,
+)
 from worker.index.vector import Ann, VectorIndex
 
 __all__ = [
@@ -16,7 +23,8 @@ __all__ = [
     "Source",
     "VectorIndex",
     "catch_up",
+    "freeze",
     "open_projection",
-    "save_snapshot",
     "stream_pos",
+    "write_snapshot",
 ]

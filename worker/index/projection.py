@@ -16,8 +16,9 @@ import time
 from collections import Counter
 from collections.abc import Iterator
 from contextlib import contextmanager
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Protocol
+from typing import Any, Protocol
 
 import msgpack
 import numpy as np
@@ -259,21 +260,38 @@ def _locked(path: Path, *, shared: bool) -> Iterator[None]:
         yield
 
 
-def save_snapshot(ctx: Source, proj: Projection) -> Path:
-    """Write the projection to ``index_dir`` (atomically) so a restart only catches up."""
-    path = snapshot_path(ctx, proj.ns)
+@dataclass(frozen=True)
+class Frozen:
+    """What a snapshot writes, copied from a projection at one position (``freeze``) so that the
+    slow part, packing and writing it, holds no lock the projection's users wait on."""
+
+    ns: str
+    index: VectorIndex
+    side: dict[str, Any]
+
+
+def freeze(ctx: Source, proj: Projection) -> Frozen:
+    """Copy what a snapshot of ``proj`` holds; call with ``proj.lock`` held. The lists are shallow
+    copies: their values (a note's id, keywords and term counts) are replaced, never changed."""
     side = {
         "format": SNAPSHOT_FORMAT,
         "ns": proj.ns,
         "position": proj.position,
         "embedder": ctx.embedder.name,
         "ids": list(proj.ids.items()),
-        "keywords": [(s, sorted(k)) for s, k in proj.keywords.items()],
+        "keywords": list(proj.keywords.items()),
         "terms": list(proj.lexical.docs.items()),
     }
+    return Frozen(proj.ns, proj.index.copy(), side)
+
+
+def write_snapshot(ctx: Source, frozen: Frozen) -> Path:
+    """Write a frozen projection to ``index_dir`` (atomically) so a restart only catches up."""
+    path = snapshot_path(ctx, frozen.ns)
+    side = dict(frozen.side, keywords=[(s, sorted(k)) for s, k in frozen.side["keywords"]])
     packed = msgpack.packb(side, use_bin_type=True)
     with _locked(path, shared=False):
-        proj.index.save(path)
+        frozen.index.save(path)
         tmp = path.with_suffix(".meta.tmp")
         tmp.write_bytes(packed)
         tmp.replace(path.with_suffix(".meta"))

@@ -129,6 +129,12 @@ class VectorIndex:
         scores[seqs < 0] = -np.inf
         return scores, seqs
 
+    def copy(self) -> VectorIndex:
+        """An independent copy (FAISS ``clone_index``: as much memory as the index again), so a
+        snapshot can be written from it while this one goes on changing."""
+        index = faiss.clone_index(self._backend.index)
+        return self._from_parts(self._header(), self._backend.row_seq.copy(), index)
+
     def save(self, path: pathlib.Path) -> None:
         """Write a snapshot atomically: readers see the old file or the new one, never a mix."""
         fd, tmp_name = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")

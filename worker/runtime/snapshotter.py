@@ -14,7 +14,7 @@ import time
 
 from worker.context import WorkerContext
 from worker.daemon import Daemon
-from worker.index.projection import catch_up, save_snapshot
+from worker.index.projection import catch_up, freeze, write_snapshot
 from worker.organise.periodic import PeriodicRun, record_run
 
 log = logging.getLogger(__name__)
@@ -29,10 +29,11 @@ def snapshot_all(ctx: WorkerContext) -> int:
     picked = due[: ctx.settings.periodic_max_namespaces]
     for ns in picked:
         proj = held[ns]
-        with proj.lock:
+        with proj.lock:  # held for the copy only: ingest and searches go on while it is written
             catch_up(ctx, proj)
-            save_snapshot(ctx, proj)
+            frozen = freeze(ctx, proj)
             size, kind, position = len(proj.index), proj.index.kind, proj.position
+        write_snapshot(ctx, frozen)
         ctx.snapshots[ns] = position
         ctx.redis.hset(
             ctx.keys.stats(ns),
