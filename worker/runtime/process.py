@@ -70,6 +70,11 @@ def _on_worker_ready(sender: Any = None, **_: object) -> None:
 
 @signals.worker_process_shutdown.connect
 def _on_pool_process_exit(pid: int | None = None, **_: object) -> None:
+    """In a pool process that exits cleanly (a warm shutdown): its last snapshots, then its
+    metrics marked dead. A cold shutdown kills pool processes before this runs."""
+    snapshotter = _state.pop("snapshotter", None)
+    if snapshotter is not None:
+        snapshotter.stop()
     metrics.mark_dead(pid or os.getpid())
 
 

@@ -12,6 +12,8 @@ from __future__ import annotations
 import logging
 import time
 
+from redis.exceptions import RedisError
+
 from worker.context import WorkerContext
 from worker.daemon import Daemon
 from worker.index.projection import catch_up, freeze, write_snapshot
@@ -64,7 +66,10 @@ def _due(ctx: WorkerContext, held: list[str]) -> list[str]:
 
 class Snapshotter(Daemon):
     """A daemon thread that runs ``snapshot_all`` for this process every ``snapshot_every_s``
-    until ``stop()``. A run that fails (Redis away, disk full) is retried (worker.daemon)."""
+    until ``stop()``, which runs it once more: a process that stops cleanly leaves snapshots at
+    its last position, so its restart only catches up on what came after (and a process younger
+    than ``snapshot_every_s`` does not rebuild from Redis). A run that fails (Redis away, disk
+    full) is retried (worker.daemon); the last one is logged and the process still stops."""
 
     thread_name = "zq-snapshot"
     wait_first = True
@@ -76,3 +81,13 @@ class Snapshotter(Daemon):
 
     def step(self) -> int:
         return snapshot_all(self.ctx)
+
+    def stop(self, timeout_s: float = 5.0) -> None:
+        super().stop(timeout_s)
+        try:
+            saved = snapshot_all(self.ctx)
+        except (RedisError, OSError) as exc:
+            log.warning("no snapshot as this process stops: %s", exc)
+            return
+        if saved:
+            log.info("saved %d snapshot(s) as this process stops", saved)
