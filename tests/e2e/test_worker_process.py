@@ -41,8 +41,8 @@ def test_worker_process_organises_without_being_asked_and_answers(settings, work
 
 
 def test_a_warm_shutdown_leaves_a_snapshot_the_restart_starts_from(settings):
-    """SIGTERM to the main process (as Kubernetes and Docker send it): the pool process saves
-    its projections before it exits, long before ZQ_SNAPSHOT_EVERY_S, and the next worker loads
+    """SIGTERM to the main process (Celery's warm shutdown): the pool process saves its
+    projections before it exits, long before ZQ_SNAPSHOT_EVERY_S, so the next worker can load
     them instead of rebuilding from Redis."""
     texts = [f"snapshot note {i} on a warm shutdown" for i in range(30)]
     proc = spawn(settings, ZQ_SNAPSHOT_EVERY_S="3600")
