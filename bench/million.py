@@ -20,11 +20,11 @@ ZQ_NAME=VALUE`` sets one, e.g. ``--sizes 3000,12000,30000 --worker-env ZQ_ANN_TH
    returned ids, ``seqs`` has one seq per note, the inbox and the dead-letter stream are empty.
    Redis memory per key kind: MEMORY USAGE (SAMPLES 0) of ``MEMORY_SAMPLE`` random note and links
    hashes and of every other key, with the encodings of the sampled hashes. The searches wait for
-   the worker's snapshot at the change log's tail (a save holds the index: it would stall them).
+   the worker's snapshot at the change log's tail (a save's copy holds the index for a moment).
 2. Recall: the worker saves its snapshots every ``--snapshot-every-s`` and as it stops; the
    bench waits for one at the change log's tail, then stops it; the snapshot is loaded with
-   ``VectorIndex.load`` and its top-10 for ``RECALL_QUERIES`` corpus queries (the default hashing embedder) compared with
-   an exact ``IndexFlatIP`` over the vectors read from Redis.
+   ``VectorIndex.load`` and its top-10 for ``RECALL_QUERIES`` corpus queries (the default hashing
+   embedder) compared with an exact ``IndexFlatIP`` over the vectors read from Redis.
 3. Restart: a worker started with the snapshot (warm) and one with the snapshot directory emptied
    (cold rebuild), each timed from process start to its first answered search, and their answers
    to ``RESTART_QUERIES`` queries compared with the first worker's (dense ties may reorder).

@@ -30,7 +30,7 @@ def checkpoint_table(run: Run) -> list[str]:
     rows: list[tuple[str, Callable[[Checkpoint], str]]] = [
         ("organised notes/s over the stretch", lambda c: f"{c.rate:,.0f} ({c.stretch_s:.0f} s)"),
         ("longest spell with jobs queued and none organised", lambda c: f"{c.stall_s:.1f} s"),
-        ("snapshot once drained: save (lock held), size", snapshot_cell),
+        ("snapshot once drained: save (catch-up, copy and write), size", snapshot_cell),
         ("worker tree peak RSS over the stretch", lambda c: f"{c.rss_mib:,.0f} MiB"),
         (
             "Redis used_memory per note (above the empty server)",
@@ -178,8 +178,8 @@ def report(run: Run, started: str, redis_info: dict[str, str]) -> str:
         + (", ".join(f"{n:,}: {r:,.0f}" for n, r in run.rates) or "—")
         + ".",
         f"Snapshot runs seen by the ingest polls: {len(snaps)} saves, longest "
-        f"{max(snaps, default=0):.1f} s, total {sum(snaps):.1f} s (each holds the projection's "
-        "lock: ingest and search wait).",
+        f"{max(snaps, default=0):.1f} s, total {sum(snaps):.1f} s (the projection's lock is held "
+        "for the catch-up and the copy, not for the write).",
         "Index rebuilds logged (worker, kind, from, n, ms): "
         + ("; ".join(" ".join(row) for row in run.facts.get("rebuilds", [])) or "none")
         + ".",

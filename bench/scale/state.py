@@ -169,7 +169,7 @@ def first_answer(run: Run, started: float) -> float:
 @dataclass(frozen=True)
 class Snapshot:
     path: Path
-    seconds: float  #: the snapshot run that wrote it (catch-up and save, lock held)
+    seconds: float  #: the snapshot run that wrote it (catch-up, copy and write)
     mib: float
 
 
