@@ -84,8 +84,10 @@ class Snapshotter(Daemon):
 
     def stop(self, timeout_s: float = 5.0) -> None:
         super().stop(timeout_s)
-        try:
-            saved = snapshot_all(self.ctx)
+        try:  # a run with nothing to save is not recorded: the last productive one stays shown
+            saved = (
+                snapshot_all(self.ctx) if _due(self.ctx, list(self.ctx.held_projections())) else 0
+            )
         except (RedisError, OSError) as exc:
             log.warning("no snapshot as this process stops: %s", exc)
             return
