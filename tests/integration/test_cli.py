@@ -14,9 +14,12 @@ from importlib.metadata import version
 from pathlib import Path
 
 import pytest
+from redis import Redis
 
 from producer import MemoryClient
+from producer.keys import Keys
 from tests.conftest import drain_all
+from tests.e2e.workers import wait_until
 from worker.context import WorkerContext
 from worker.runtime.devserver import free_port
 from worker.runtime.servers import SearchServer
@@ -87,8 +90,9 @@ def test_debug_adds_the_traceback(cli_env: WorkerSettings) -> None:
         assert out.stderr.splitlines()[-1].startswith("zettelq: error: no active note")
 
 
-def test_ctrl_c_exits_130_quietly(cli_env: WorkerSettings) -> None:
+def test_ctrl_c_exits_130_quietly(cli_env: WorkerSettings, redis_db: Redis) -> None:
     """A search with no worker to answer waits for its reply; Ctrl-C ends the wait."""
+    queue = Keys.of(cli_env).search_queue_of([NS])
     proc = subprocess.Popen(
         [sys.executable, "-m", "worker.cli.main", "search", "anything", "-n", NS],
         stdout=subprocess.PIPE,
@@ -96,7 +100,9 @@ def test_ctrl_c_exits_130_quietly(cli_env: WorkerSettings) -> None:
         text=True,
         env={**os.environ, "ZQ_REPLY_TIMEOUT_S": "30"},
     )
-    time.sleep(1.5)  # past start-up, into the wait for a reply
+    # its job is queued in the same round trip as the wait for its reply: past start-up, however
+    # slow a loaded host makes it
+    wait_until(lambda: redis_db.llen(queue) == 1, 30)
     proc.send_signal(signal.SIGINT)
     out, err = proc.communicate(timeout=20)
     assert (proc.returncode, out, err) == (130, "", "")
