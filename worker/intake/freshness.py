@@ -8,7 +8,7 @@ from collections.abc import Callable
 from typing import Any
 
 from worker.context import WorkerContext
-from worker.errors import NotFresh
+from worker.errors import NotFresh, SlotMoving
 from worker.index.changelog import stream_pos
 from worker.intake.drain import drain_shard
 from worker.store.bulk import BulkPipeline
@@ -56,6 +56,10 @@ def _wait_shard(ctx: WorkerContext, shard: int, target: tuple[int, int], deadlin
         waited = True
         if time.time() > deadline:
             raise NotFresh(f"shard {shard} not organised before the search deadline")
-        if drain_shard(ctx, shard, wait_ms=0).processed == 0:
+        try:
+            processed = drain_shard(ctx, shard, wait_ms=0).processed
+        except SlotMoving:  # a resharding moved the slot under the commit: the next pass commits
+            processed = 0  # where it went (the entries stay pending until then)
+        if processed == 0:
             time.sleep(delay)
             delay = min(delay * 2, 0.02)
