@@ -190,6 +190,11 @@ class WorkerSettings(ProducerSettings):
     search_threads: int = Field(default=1, ge=1, le=64)
     """Search-serving threads per worker process."""
 
+    switch_interval_ms: float = Field(default=0.5, gt=0, le=100)
+    """How long a thread of a worker or searcher process keeps Python's GIL while another waits
+    for it (``sys.setswitchinterval``; Python's own default is 5 ms): a search thread that has
+    its reply from Redis cuts into an ingest batch this much sooner."""
+
     serve_search: bool = True
     """Whether a Celery worker process also serves searches (false: an ingest-only worker;
     searches go to `zettelq searcher` processes and to workers that serve them)."""

@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import re
 import subprocess
 import sys
 
@@ -49,3 +50,29 @@ def test_an_ingest_only_worker_organises_and_a_searcher_answers(settings: Worker
             stop(searcher)
         with pytest.raises(ReplyTimeout):
             mem.search("card payments", namespace="roles", timeout_s=2)
+
+
+@pytest.mark.parametrize("role", ["worker", "searcher"])
+def test_a_serving_process_sets_its_gil_switch_interval(
+    settings: WorkerSettings, tmp_path, role: str
+):
+    """ZQ_SWITCH_INTERVAL_MS reaches the process whose threads serve searches: a worker's pool
+    process, or a searcher."""
+    log = tmp_path / f"{role}.log"
+    args = [role, "--loglevel=INFO"] if role == "worker" else [role]
+    with log.open("wb") as out:
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "worker.cli.main", *args],
+            env={**worker_env(settings), "ZQ_SWITCH_INTERVAL_MS": "0.25"},
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
+    try:
+        wait_until(lambda: "switch interval 0.25 ms" in log.read_text(errors="replace"), 60)
+    finally:
+        stop(proc)
+    lines = [line for line in log.read_text().splitlines() if "switch interval" in line]
+    if role == "worker":  # logged by the pool process, not by the Celery main process
+        served = re.search(r"process (\d+) serves: search threads=1,", lines[0])
+        assert served is not None and int(served.group(1)) != proc.pid

@@ -201,6 +201,7 @@ def _searcher(settings: WorkerSettings, args: argparse.Namespace, rest: list[str
     stopped = threading.Event()
     for signum in (signal.SIGTERM, signal.SIGINT):
         signal.signal(signum, lambda *_: stopped.set())
+    sys.setswitchinterval(settings.switch_interval_ms / 1000)
     ctx = WorkerContext.build(settings)
     ctx.redis.ping()  # a dead Redis is one error line now, not a retry loop
     check_at_start(ctx.redis)
@@ -208,7 +209,11 @@ def _searcher(settings: WorkerSettings, args: argparse.Namespace, rest: list[str
     snapshotter = Snapshotter(ctx).start()
     heartbeat = ProcessHeartbeat(settings, "searcher", consumer=ctx.consumer).start()
     metrics.serve(settings)
-    log.info("zettelq searcher ready: threads=%d", settings.search_threads)
+    log.info(
+        "zettelq searcher ready: threads=%d, switch interval %g ms",
+        settings.search_threads,
+        settings.switch_interval_ms,
+    )
     stopped.wait()
     heartbeat.stop()
     snapshotter.stop()

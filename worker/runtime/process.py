@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import logging
 import os
+import sys
 from typing import Any
 
 from celery import signals
@@ -38,6 +39,13 @@ def get_context() -> WorkerContext:
 
 
 def _start_servers() -> None:
+    sys.setswitchinterval(settings.switch_interval_ms / 1000)
+    log.info(
+        "process %d serves: search threads=%d, switch interval %g ms",
+        os.getpid(),
+        settings.search_threads if settings.serve_search else 0,
+        settings.switch_interval_ms,
+    )
     if settings.serve_search:
         _state["server"] = SearchServer(get_context(), settings.search_threads).start()
     _state["organiser"] = OrganiseServer(get_context()).start()
