@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 from redis import Redis
-from redis.exceptions import ResponseError
+from redis.exceptions import RedisError, ResponseError
 
 from worker.store.bulk import BulkPipeline, fields
 
@@ -31,3 +31,41 @@ def test_a_bulk_pipeline_reads_every_reply_then_raises_the_first_error(redis_db:
         pipe.execute()
     assert redis_db.get("t:after") == b"1"  # not a transaction: the rest ran
     assert redis_db.get("t:string") == b"x"
+
+
+def test_replies_spanning_many_socket_reads_come_back_whole_and_in_order(redis_db: Redis) -> None:
+    """The replies are taken from the connection's hiredis reader as the socket fills it: a
+    large value and thousands of small replies span many reads."""
+    big = bytes(range(256)) * 2_000  # 512 KB: several reads of redis-py's 64 KB buffer
+    redis_db.set("t:big", big)
+    pipe = BulkPipeline(redis_db)
+    for i in range(5_000):
+        pipe.queue("SET", f"t:k{i}", i * "x")
+        pipe.queue("GET", f"t:k{i}")
+        pipe.queue("GET", "t:big" if i % 1_000 == 0 else "t:absent")
+    pipe.queue("GET", "t:big")
+    replies = pipe.execute()
+    assert replies[-1] == big
+    for i in range(5_000):
+        ok, value, other = replies[3 * i : 3 * i + 3]
+        assert ok == b"OK" and value == (i * "x").encode()
+        assert other == (big if i % 1_000 == 0 else None)
+    assert redis_db.ping() is True
+
+
+def test_a_connection_lost_while_its_replies_are_read_is_dropped_not_reused(
+    redis_db: Redis,
+) -> None:
+    """A pipeline whose connection Redis closes before all its replies arrive: the connection
+    is dropped (its unread replies would answer the next commands), and the client goes on."""
+    redis_db.set("t:x", "1")
+    doomed = redis_db.client_id()  # the pooled connection the pipeline will use
+    pipe = BulkPipeline(redis_db)
+    pipe.queue("CLIENT", "KILL", "ID", doomed, "SKIPME", "no")
+    pipe.queue("GET", "t:x")
+    with pytest.raises(RedisError):  # redis-py resends once reconnected; the id is gone by then
+        pipe.execute()
+    assert redis_db.client_id() != doomed
+    pipe = BulkPipeline(redis_db)
+    pipe.queue("GET", "t:x")
+    assert pipe.execute() == [b"1"]
