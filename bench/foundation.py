@@ -1,7 +1,7 @@
 """Foundation benchmark: producer cost, queueing, ingest and search of one real worker process.
 
 Run from the repo root: ``.venv/bin/python bench/foundation.py`` (about 5 minutes for the
-default sizes 10,000 and 100,000). For each size N, on a dedicated Redis DB (flushed at the
+default sizes 1,000, 10,000 and 100,000). For each size N, on a dedicated Redis DB (flushed at the
 start and end of every size) under a fresh key prefix:
 
 1. raw Redis round trip: LPUSH of a 300 B payload through redis-py;
@@ -492,6 +492,37 @@ def summary(r: Result) -> list[str]:
             f"- N={r.n:,} search fresh={fresh} p50 ≤ 3 ms and p99 ≤ 10 ms{scope}: "
             f"{fmt_ms(lat)} → {verdict(met)}"
         )
+    return out + round_trip_targets(r)
+
+
+#: the search round trip targets of the speed issue at 1k and 100k notes: p50 in ms and as a
+#: multiple of the raw LPUSH p50 measured in the same run, and p99 in ms (fresh=True)
+ROUND_TRIP_TARGETS = {1_000: (0.6, 10.0, 3.0), 100_000: (1.0, 15.0, 3.0)}
+INGEST_TARGET = (100_000, 4_000.0)  #: notes/s of one worker process at that size
+
+
+def round_trip_targets(r: Result) -> list[str]:
+    out = []
+    lat, target = r.search.get(True), ROUND_TRIP_TARGETS.get(r.n)
+    if target is not None and r.raw:
+        p50_ms, ratio, p99_ms = target
+        met = None
+        if lat is not None:
+            p50 = lat.p50_us / 1000
+            met = (
+                p50 <= p50_ms and lat.p50_us <= ratio * r.raw.p50_us and lat.p99_us <= p99_ms * 1000
+            )
+        out.append(
+            f"- N={r.n:,} search fresh=True p50 ≤ {p50_ms} ms and ≤ {ratio:.0f}x raw "
+            f"({ratio * r.raw.p50_us / 1000:.2f} ms), p99 ≤ {p99_ms} ms: {fmt_ms(lat)} "
+            f"→ {verdict(met)}"
+        )
+    if r.n == INGEST_TARGET[0]:
+        ok = r.ingested == r.n and r.ingest_per_s >= INGEST_TARGET[1]
+        out.append(
+            f"- N={r.n:,} ingest ≥ {INGEST_TARGET[1]:,.0f} notes/s: "
+            f"{r.ingest_per_s:,.0f} notes/s → {verdict(ok)}"
+        )
     return out
 
 
@@ -509,7 +540,7 @@ def code_version() -> str:
 
 def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    p.add_argument("--sizes", default="10000,100000", help="comma-separated note counts")
+    p.add_argument("--sizes", default="1000,10000,100000", help="comma-separated note counts")
     p.add_argument("--redis-url", default="redis://127.0.0.1:6379/12", help="flushed DB")
     p.add_argument("--searches", type=int, default=1000, help="timed searches per mode")
     p.add_argument("--output", type=Path, help="also write the markdown here")
