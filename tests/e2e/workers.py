@@ -39,8 +39,10 @@ def wait_until(predicate, timeout_s: float = 30.0) -> None:
 
 def wait_ready(settings: WorkerSettings, count: int, timeout_s: float = 60.0) -> None:
     """Wait until ``count`` workers answer a Celery ping on the settings' broker (each one then
-    consumes tasks). Only for a broker no other test's workers use (an own redis-server)."""
+    consumes tasks). Only for a broker no other test's workers use (an own redis-server). A
+    Sentinel broker is reached with the workers' own transport options (the master's name)."""
     probe = Celery(broker=settings.broker)
+    probe.conf.broker_transport_options = settings.broker_transport_options
     try:
         wait_until(lambda: len(probe.control.ping(timeout=0.5)) >= count, timeout_s)
     finally:
