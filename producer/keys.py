@@ -54,6 +54,12 @@ P:{ns}:seqs                    hash    seq -> note id (active and tombstoned)
 P:{ns}:seq                     string  last seq handed out (INCR)
 P:{ns}:tombstoned              zset    tombstoned note id -> time of tombstoning
 P:{ns}:changes                 stream  change log the projections replay: {op: add|remove, seq}
+P:{ns}:version                 string  INCR'd by every transaction that changes what a search
+                                       reads of the namespace's notes (their fields, links, the
+                                       notes themselves; not access times): search processes
+                                       keep what they read while it holds (worker/index/rows.py)
+P:{ns}:touches                 string  INCR'd by each search that reinforces hits of the
+                                       namespace, with its reply (worker/index/rows.py)
 P:{ns}:audit                   stream  one entry per mutation: who/what/when/before/after/source
 P:{ns}:stats                   hash    counters and last organisation times; run_<job>,
                                        work_<job>, took_<job>: the last run of each periodic job;
@@ -228,6 +234,12 @@ class Keys:
 
     def changes(self, ns: str) -> str:
         return f"{self.prefix}:{{{ns}}}:changes"
+
+    def version(self, ns: str) -> str:
+        return f"{self.prefix}:{{{ns}}}:version"
+
+    def touches(self, ns: str) -> str:
+        return f"{self.prefix}:{{{ns}}}:touches"
 
     def audit(self, ns: str) -> str:
         return f"{self.prefix}:{{{ns}}}:audit"

@@ -82,6 +82,7 @@ if ARGV[1] ~= 'reject' then
       redis.call('HDEL', KEYS[3], name)
     end
   end
+  redis.call('INCR', KEYS[9])
 end
 local added = redis.call('HGET', KEYS[2], 'added')
 if added and ARGV[1] ~= 'accept' then
@@ -165,6 +166,7 @@ def review_call(
         keys.proposals(ns, needed),
         keys.proposals(ns, left),
         keys.refused(ns),
+        keys.version(ns),
     ]
     args: list[str | bytes] = [
         action,

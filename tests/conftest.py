@@ -24,6 +24,7 @@ from redis.exceptions import RedisError
 
 from producer import MemoryClient, ZettelqError
 from producer.connection import connect
+from tests.version_guard import guard
 from worker.context import WorkerContext
 from worker.intake.drain import drain_shard
 from worker.runtime.devserver import EmbeddedRedis, redis_reachable
@@ -67,6 +68,13 @@ def _stop_own_server() -> Iterator[None]:
     yield
     while _own_server:
         _own_server.pop().stop()
+
+
+@pytest.fixture(scope="session", autouse=True)
+def _version_guard() -> Iterator[None]:
+    """Every transaction a test runs here bumps the version of the namespaces it changes."""
+    with guard():
+        yield
 
 
 @pytest.fixture(scope="session")

@@ -187,6 +187,11 @@ class WorkerSettings(ProducerSettings):
     bm25_b: float = Field(default=0.3, ge=0, le=1)
     """BM25 length normalisation."""
 
+    search_cache: bool = True
+    """Whether a search process keeps what it read of a namespace's notes (ranking fields,
+    links, what a hit shows) for its next searches while nothing changed them (false: every
+    search reads its candidates from Redis)."""
+
     search_threads: int = Field(default=1, ge=1, le=64)
     """Search-serving threads per worker process."""
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 import pytest
 
 from producer.protocol import link_label
+from worker.index.rows import Pinned
 from worker.search.candidates import Cand, load_links
 from worker.store import notes
 from worker.store.bulk import BulkTransaction
@@ -24,7 +25,7 @@ def test_links_come_back_whole_with_their_weights_and_labels(ctx, degree):
     notes.write_links(pipe, ctx.keys, "ns", written, source="rule:similarity")
     pipe.execute()
     cand = Cand("a", "ns", 0, {})
-    load_links(ctx, [cand])
+    load_links(ctx, {"ns": Pinned(None)}, [cand])
     assert cand.links == links
     assert cand.packed is not None
     labels = {nb.decode(): link_label(raw) for nb, raw in cand.packed.items()}

@@ -262,12 +262,13 @@ def test_key_prefixes_isolate_deployments(tmp_path, redis_db):
         assert c2.stats("shared").pending == 0
 
 
-def test_a_settled_search_reads_in_two_round_trips_yet_sees_another_workers_commits(
+def test_a_settled_search_reads_in_one_round_trip_yet_sees_another_workers_commits(
     client, ctx, settings, monkeypatch
 ):
-    """While its projection is caught up, a search draws candidates before reading the change
-    log and reads them with it (round trip 1), then the hits' fields (round trip 2); a commit
-    by another worker in between still shows, as that read finds it."""
+    """While its projection is caught up and the namespace's version unchanged, a search draws
+    candidates before reading the change log and the version, and finds their rows and the
+    hits' fields kept (one round trip); a commit by another worker in between still shows, as
+    that read finds it."""
     from redis.connection import Connection
 
     from producer.core import ClientCore
@@ -291,7 +292,7 @@ def test_a_settled_search_reads_in_two_round_trips_yet_sees_another_workers_comm
         Connection, "send_packed_command", lambda c, *a, **k: sent.append(1) or real(c, *a, **k)
     )
     assert ask("staging Postgres") == [first]
-    assert len(sent) == 2
+    assert len(sent) == 1
     second = client.store("the staging cache is Redis 7", namespace="rt")
     drain_all(other)
     assert ask("staging cache")[:1] == [second]

@@ -16,6 +16,8 @@ NAMESPACE_KEYS: list[Callable[[Keys, str], str]] = [
     Keys.seq,
     Keys.tombstoned,
     Keys.changes,
+    Keys.version,
+    Keys.touches,
     Keys.audit,
     Keys.stats,
     Keys.lock,

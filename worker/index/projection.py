@@ -29,6 +29,7 @@ from worker import vectors
 from worker.errors import IndexCorrupt
 from worker.index.changelog import read_change, stream_pos
 from worker.index.lexical import LexicalIndex, analyze
+from worker.index.rows import RowCache
 from worker.index.vector import VectorIndex
 from worker.settings import WorkerSettings
 
@@ -83,6 +84,7 @@ class Projection:
         #: candidates before reading the change log, in the same round trip)
         self.settled = False
         self.lock = threading.RLock()
+        self.rows = RowCache()  #: what searches read of these notes (worker/index/rows.py)
 
     def add(
         self,

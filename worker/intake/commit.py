@@ -102,6 +102,7 @@ def commit(
             notes.unlink_all(pipe, keys, ns, nid, nbs)
         notes.write_notes(pipe, keys, ns, writes, ctx.settings.changelog_max)
         change_at = len(pipe) - 1
+        notes.changed(pipe, keys, ns)
         created = sum(w.created for w in writes)
         if created:
             pipe.execute_command("INCRBY", keys.seq(ns), created)

@@ -179,6 +179,7 @@ def _commit(
     dead = [w for w in writes if w.id not in vec_of]
     link_args, links = _plan_links(ctx, ns, todo, vec_of, stored)
     with lease.fenced() as pipe:
+        notes.changed(pipe, keys, ns)
         if live:
             notes.write_notes(pipe, keys, ns, live, s.changelog_max)
         for w in dead:

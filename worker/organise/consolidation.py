@@ -339,6 +339,7 @@ def _commit(ctx: WorkerContext, ns: str, drafts: list[Draft], graph: Graph) -> i
             for d, vec in fresh
         ]
         notes.write_notes(pipe, keys, ns, writes, ctx.settings.changelog_max)
+        notes.changed(pipe, keys, ns)
         links = [
             Link(d.plan.insight_id, m, INSIGHT_LINK_WEIGHT, "abstracted_from", "abstracted_from")
             for d, _ in fresh

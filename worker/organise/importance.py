@@ -227,6 +227,7 @@ def _commit(ctx: WorkerContext, ns: str, updates: list[Update]) -> int:
         if not keep:
             return 0
         pipe = ctx.redis.pipeline(transaction=True)
+        notes.changed(pipe, keys, ns)
         for u in keep:
             mapping = {
                 "importance": u.after,

@@ -263,6 +263,7 @@ def _commit(ctx: WorkerContext, ns: str, raw: list[bytes], judged: list[Judged],
         removes = sorted({_pair(*pair) for _, gone in plans.values() for pair in gone})
         capped = degree.plan_cap(ctx, ns, adds, removes)
         with lease.fenced() as pipe:
+            notes.changed(pipe, keys, ns)
             notes.unlink_pairs(pipe, keys, ns, removes)
             notes.write_links(pipe, keys, ns, capped.links, source=source)
             degree.apply_cap(pipe, ctx, ns, capped, actor="worker")

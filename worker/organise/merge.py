@@ -309,6 +309,7 @@ def merge_pair(
     plan = _plan(ctx, ns, kept, merged)
     clusters = _clusters_with(ctx, ns, merged, kept)
     with lease.fenced() as pipe:
+        notes.changed(pipe, keys, ns)
         notes.unlink_all(pipe, keys, ns, merged, plan.links[merged])
         notes.tombstone_all(
             pipe, keys, ns, {merged: int(plan.m["seq"])}, ctx.settings.changelog_max

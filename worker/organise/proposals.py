@@ -161,6 +161,7 @@ def _write(pipe: Pipeline, ctx: WorkerContext, ns: str, d: Draft, mode: str, now
     source = f"{d.source} proposal:{pid}"
     if mode == "apply":
         pipe.hset(keys.note(ns, d.note), mapping={n: after_raw[n] for n in names})
+        notes.changed(pipe, keys, ns)
         notes.audit(
             pipe,
             keys,

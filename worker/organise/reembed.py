@@ -104,6 +104,7 @@ def _commit(
 ) -> None:
     keys, name, storage = ctx.keys, ctx.embedder.name, ctx.settings.vector_storage
     pipe = ctx.redis.pipeline(transaction=True)
+    notes.changed(pipe, keys, ns)
     for nid, row, vec in keep:
         pipe.hset(
             keys.note(ns, nid), mapping={"vec": vectors.encode(vec, storage), "embedder": name}

@@ -259,6 +259,7 @@ def apply(ctx: WorkerContext, ns: str, lease: Lease, decisions: Sequence[Decisio
     with lease.fenced() as pipe:
         for d in ready:
             _write(pipe, ctx, ns, d, texts[d.new_id].at, links[d.old_id])
+        notes.changed(pipe, ctx.keys, ns)
         pipe.hincrby(ctx.keys.stats(ns), "links", sum(1 for d in ready if links[d.old_id] is None))
         pipe.hincrby(ctx.keys.stats(ns), "superseded", len(ready))
         pipe.execute()
@@ -343,6 +344,7 @@ def revert_supersession(ctx: WorkerContext, ns: str, old_id: str) -> bool:
         restore = before["link"] if new is not None and new.active else None
         with lease.fenced() as pipe:
             pipe.hdel(keys.note(ns, old_id), "valid_to", "superseded_by")
+            notes.changed(pipe, keys, ns)
             pipe.hset(keys.note(ns, old_id), "updated_at", time.time())
             if restore is not None:
                 _link(pipe, ctx, ns, old_id, new_id, restore)

@@ -13,7 +13,7 @@ import time
 from collections import deque
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from typing import Self
+from typing import Any, Self
 
 from redis import Redis
 from redis.client import Pipeline
@@ -70,16 +70,22 @@ def serve_once(
         log.exception("search job_id=%s failed", job.job_id)
         reply = Reply(job_id=job.job_id, ok=False, error=f"worker error: {exc!r}")
     if reply is not None:
-        pipe = BulkPipeline(ctx.redis)
-        send_reply(ctx, pipe, reply)
-        if job.reinforce:
-            search.touch(pipe, ctx.keys, reply.hits, time.time())
-        execute_reply(pipe, reply.job_id)
+        answer(ctx, job, reply)
         took = time.perf_counter() - started
         metrics.observe_search(job.kind, took)
         if record is not None:
             record(took)
     return True
+
+
+def answer(ctx: WorkerContext, job: SearchJob, reply: Reply) -> None:
+    """Send the reply, and reinforce its hits in the same round trip when the job asks to."""
+    pipe = BulkPipeline(ctx.redis)
+    send_reply(ctx, pipe, reply)
+    counted = search.touch(ctx, pipe, reply.hits, time.time()) if job.reinforce else None
+    replies = execute_reply(pipe, reply.job_id)
+    if counted is not None and replies is not None:
+        counted(replies)
 
 
 class Latencies:
@@ -133,15 +139,16 @@ def send_reply(ctx: WorkerContext, pipe: Pipeline, reply: Reply) -> None:
     pipe.expire(key, ctx.settings.result_ttl_s)
 
 
-def execute_reply(pipe: Pipeline, job_id: str) -> None:
-    """Send the reply queued on ``pipe``; a reply key of the wrong type loses that reply (its
-    caller times out) and nothing else."""
+def execute_reply(pipe: Pipeline, job_id: str) -> list[Any] | None:
+    """Send the reply queued on ``pipe`` and return the pipeline's replies; a key of the wrong
+    type loses that reply (its caller times out) and nothing else (None)."""
     try:
-        pipe.execute()
+        return list(pipe.execute())
     except ResponseError as exc:
         if not is_key_error(exc):
             raise
         log.warning("could not reply to job_id=%s: %s", job_id, exc)
+        return None
 
 
 class JobServer(Daemon):

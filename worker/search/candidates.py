@@ -1,6 +1,8 @@
 """Search candidates and what a search reads about them, in tiers so that a search moves as
 little data as it can: ranking fields for every candidate, links for the notes a hop expands
-and for those that need a connection boost, content and vectors for the hits returned."""
+and for those that need a connection boost, content and vectors for the hits returned. Each
+tier is read from the process's row cache when the namespace's version still holds
+(worker/index/rows.py), from Redis otherwise, and kept for the next search."""
 
 from __future__ import annotations
 
@@ -14,6 +16,7 @@ import numpy.typing as npt
 from producer.protocol import Hit, link_label, link_weights
 from worker import vectors
 from worker.context import WorkerContext
+from worker.index.rows import Pinned
 from worker.search import ranking
 from worker.store.bulk import BulkPipeline, fields
 from worker.store.notes import decode_fields
@@ -55,55 +58,79 @@ class Cand:
 
 #: Decodes a queued read from the replies of the pipeline it was queued on.
 Decoder = Callable[[list[Any]], None]
+#: Each namespace's row cache as one search sees it.
+Rows = Mapping[str, Pinned]
+RANK, FILTERED, LINKS, HIT = "rank", "filtered", "links", "hit"  #: row cache tiers
 
 
 def fetch(
     ctx: WorkerContext,
+    rows: Rows,
     ns: str,
     ids: Iterable[str],
     hop: int,
     filters: Mapping[str, Any],
     with_links: Collection[str] = (),
 ) -> list[Cand]:
-    """Ranking fields of each id, and the links of those in ``with_links``, in one round trip;
-    active notes only."""
+    """Ranking fields of each id, and the links of those in ``with_links``, in one round trip
+    (none when all are kept); active notes only."""
     cands = [Cand(nid, ns, hop, {}) for nid in ids]
     pipe = BulkPipeline(ctx.redis)
-    active = queue_rank_fields(pipe, ctx, cands, filters)
-    links = queue_links(pipe, ctx, [c for c in cands if c.id in with_links])
+    active = queue_rank_fields(pipe, ctx, rows, cands, filters)
+    links = queue_links(pipe, ctx, rows, [c for c in cands if c.id in with_links])
     replies = pipe.execute() if len(pipe) else []
     links(replies)
     return active(replies)
 
 
 def queue_rank_fields(
-    pipe: BulkPipeline, ctx: WorkerContext, cands: list[Cand], filters: Mapping[str, Any]
+    pipe: BulkPipeline,
+    ctx: WorkerContext,
+    rows: Rows,
+    cands: list[Cand],
+    filters: Mapping[str, Any],
 ) -> Callable[[list[Any]], list[Cand]]:
-    """Queue the read of the candidates' ranking fields, and of those the filters need; its
-    decoder returns the active candidates."""
-    names = list(RANK_FIELDS)
+    """Queue the read of the candidates' ranking fields, and of those the filters need, for the
+    candidates whose rows are not kept; its decoder returns the active candidates."""
+    names, tier = list(RANK_FIELDS), RANK
     if filters:
-        names += FILTER_FIELDS
-    if "metadata" in filters:
-        names.append("metadata")
+        names += (*FILTER_FIELDS, "metadata")
+        tier = FILTERED
+    kept = {c.id: got for c in cands if (got := rows[c.ns].get(tier, c.id)) is not None}
+    todo = [c for c in cands if c.id not in kept]
     start = len(pipe)
-    for c in cands:
+    for c in todo:
         pipe.queue("HMGET", ctx.keys.note(c.ns, c.id), *names)
 
     def decoder(replies: list[Any]) -> list[Cand]:
+        for c, raw in zip(todo, replies[start : start + len(todo)], strict=True):
+            kept[c.id] = decode_fields(names, raw)
+            rows[c.ns].put(tier, c.id, kept[c.id])
         out = []
-        for c, raw in zip(cands, replies[start : start + len(cands)], strict=True):
-            if raw[0] == b"active":
-                c.fields.update(decode_fields(names, raw))
+        for c in cands:
+            got = kept[c.id]
+            if got.get("status") == "active":
+                c.fields.update(got)
                 out.append(c)
         return out
 
     return decoder
 
 
-def queue_links(pipe: BulkPipeline, ctx: WorkerContext, cands: Iterable[Cand]) -> Decoder:
-    """Queue the read of the links hashes of the candidates that lack them."""
-    todo = [c for c in cands if c.links is None]
+def queue_links(
+    pipe: BulkPipeline, ctx: WorkerContext, rows: Rows, cands: Iterable[Cand]
+) -> Decoder:
+    """Queue the read of the links hashes of the candidates that lack them and whose rows are
+    not kept (those are filled in at once). The links are shared with the cache: read only."""
+    todo = []
+    for c in cands:
+        if c.links is not None:
+            continue
+        got = rows[c.ns].get(LINKS, c.id)
+        if got is None:
+            todo.append(c)
+        else:
+            c.packed, c.links = got
     start = len(pipe)
     for c in todo:
         pipe.queue("HGETALL", ctx.keys.links(c.ns, c.id))
@@ -112,14 +139,15 @@ def queue_links(pipe: BulkPipeline, ctx: WorkerContext, cands: Iterable[Cand]) -
         for c, row in zip(todo, replies[start : start + len(todo)], strict=True):
             c.packed = fields(row)
             c.links = link_weights(c.packed)
+            rows[c.ns].put(LINKS, c.id, (c.packed, c.links))
 
     return decoder
 
 
-def load_links(ctx: WorkerContext, cands: Iterable[Cand]) -> None:
+def load_links(ctx: WorkerContext, rows: Rows, cands: Iterable[Cand]) -> None:
     """Fill in the links of the candidates that lack them (one round trip, none if none do)."""
     pipe = BulkPipeline(ctx.redis)
-    decoder = queue_links(pipe, ctx, cands)
+    decoder = queue_links(pipe, ctx, rows, cands)
     if len(pipe):
         decoder(pipe.execute())
 
@@ -127,6 +155,7 @@ def load_links(ctx: WorkerContext, cands: Iterable[Cand]) -> None:
 def queue_hit_fields(
     pipe: BulkPipeline,
     ctx: WorkerContext,
+    rows: Rows,
     cands: Iterable[Cand],
     qvec: npt.NDArray[np.float32],
     embedder: str,
@@ -136,16 +165,23 @@ def queue_hit_fields(
     query from the stored vector when it comes from the current embedder."""
     cands = list(cands)
     bare = [c for c in cands if "content" not in c.fields]
+    kept = {c.id: got for c in bare if (got := rows[c.ns].get(HIT, c.id)) is not None}
+    todo = [c for c in bare if c.id not in kept]
     start = len(pipe)
-    for c in bare:
+    for c in todo:
         pipe.queue("HMGET", ctx.keys.note(c.ns, c.id), *HIT_FIELDS)
-    links = queue_links(pipe, ctx, cands)
+    links = queue_links(pipe, ctx, rows, cands)
 
     def decoder(replies: list[Any]) -> None:
-        for c, raw in zip(bare, replies[start : start + len(bare)], strict=True):
-            c.fields.update(decode_fields(list(HIT_FIELDS[:-1]), raw[:-1]))
-            if raw[-1] is not None and c.fields.get("embedder") == embedder:
-                c.vec = vectors.decode(raw[-1])
+        for c, raw in zip(todo, replies[start : start + len(todo)], strict=True):
+            got = decode_fields(list(HIT_FIELDS[:-1]), raw[:-1])
+            vec = raw[-1] if got.get("embedder") == embedder else None
+            kept[c.id] = (got, None if vec is None else vectors.decode(vec))
+            rows[c.ns].put(HIT, c.id, kept[c.id])
+        for c in bare:
+            got, c.vec = kept[c.id]
+            c.fields.update(got)
+            if c.vec is not None:
                 c.similarity = float(c.vec @ qvec[0])
         links(replies)
 
@@ -153,12 +189,16 @@ def queue_hit_fields(
 
 
 def load_hit_fields(
-    ctx: WorkerContext, cands: list[Cand], qvec: npt.NDArray[np.float32], embedder: str
+    ctx: WorkerContext,
+    rows: Rows,
+    cands: list[Cand],
+    qvec: npt.NDArray[np.float32],
+    embedder: str,
 ) -> None:
     """What ``queue_hit_fields`` reads, for the candidates that lack it (one round trip, none if
     none do)."""
     pipe = BulkPipeline(ctx.redis)
-    decoder = queue_hit_fields(pipe, ctx, cands, qvec, embedder)
+    decoder = queue_hit_fields(pipe, ctx, rows, cands, qvec, embedder)
     if len(pipe):
         decoder(pipe.execute())
 

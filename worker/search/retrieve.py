@@ -7,6 +7,7 @@ from __future__ import annotations
 import bisect
 import logging
 import math
+import sys
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -17,17 +18,17 @@ import numpy.typing as npt
 
 from producer import validation as v
 from producer.errors import InvalidInput
-from producer.keys import Keys
 from producer.protocol import Hit, Reply, SearchJob
 from worker import metrics
 from worker.context import WorkerContext
 from worker.errors import NotFresh
 from worker.index.lexical import analyze
 from worker.index.projection import CATCH_UP_CHUNK, Projection, catch_up
+from worker.index.rows import Pinned, Tag
 from worker.intake.freshness import queue_inbox_reads, wait_fresh
 from worker.search import candidates as cands_
 from worker.search import ranking
-from worker.search.candidates import Cand
+from worker.search.candidates import FILTERED, RANK, Cand, Rows
 from worker.search.rendering import render_context
 from worker.settings import WorkerSettings
 from worker.store.bulk import BulkPipeline, fields
@@ -121,20 +122,20 @@ def search(ctx: WorkerContext, job: SearchJob) -> list[Hit]:
         "feedback": s.feedback_weight,
     }
     weights.update(job.weights)
-    pools = _first_stage(ctx, job, qvec, terms, weights, filters)
+    pools, rows = _first_stage(ctx, job, qvec, terms, weights, filters)
     for hop in range(1, job.hops):
         for ns, pool in pools.items():
-            _expand(ctx, ns, pool, hop, filters, weights["graph"], job.k)
+            _expand(ctx, rows, ns, pool, hop, filters, weights["graph"], job.k)
     at = now if job.as_of is None else job.as_of
     width = job.k * MMR_POOL if job.diversity > 0 else job.k
-    ranked = _last_hop(ctx, pools, job, filters, weights["graph"], width, now, at, qvec)
+    ranked = _last_hop(ctx, rows, pools, job, filters, weights["graph"], width, now, at, qvec)
     if job.diversity > 0:
         ranked = ranked[:width]
-        cands_.load_hit_fields(ctx, ranked, qvec, ctx.embedder.name)
+        cands_.load_hit_fields(ctx, rows, ranked, qvec, ctx.embedder.name)
         ranked = _diversify(ranked, job.k, job.diversity)
         ranked.sort(key=lambda c: cands_.superseded(c, at))
     top = ranked[: job.k]
-    cands_.load_hit_fields(ctx, top, qvec, ctx.embedder.name)
+    cands_.load_hit_fields(ctx, rows, top, qvec, ctx.embedder.name)
     for ns in job.namespaces:  # a search of namespaces nobody wrote keeps nothing of them
         ctx.drop_if_empty(ns)
     return [cands_.to_hit(c) for c in top]
@@ -156,42 +157,73 @@ def _first_stage(
     terms: list[str],
     weights: dict[str, float],
     filters: dict[str, Any],
-) -> dict[str, dict[str, Cand]]:
+) -> tuple[dict[str, dict[str, Cand]], Rows]:
     """Each namespace's dense and lexical candidates, fused, with their ranking fields (and the
-    links of those a hop or the connection boost needs); unscored.
+    links of those a hop or the connection boost needs), unscored; and the row caches as this
+    search uses them.
 
-    The freshness wait (for ``job.fresh``), the read of each change log past its projection
-    and the candidates' fetch share one round trip while every projection was caught up at its
-    last search: the candidates are then drawn from the projections as they are, and drawn
-    again after catching up only if that read found changes. Otherwise the projections are
-    caught up first and the candidates fetched in a second round trip."""
+    The freshness wait (for ``job.fresh``), the read of each change log past its projection,
+    of each namespace's version and the candidates' fetch share one round trip while every
+    projection was caught up at its last search: the candidates are then drawn from the
+    projections as they are (their rows from the cache where it holds them), and drawn again
+    after catching up only if that read found changes or a new version. Otherwise the
+    projections are caught up first and the candidates fetched in a second round trip."""
     projs = [ctx.projection(ns) for ns in job.namespaces]
     settled = all(p.settled for p in projs)
     plans = {p.ns: _plan(ctx, p, qvec, terms, job.k, weights) for p in projs if settled}
     positions = {p.ns: plans[p.ns].position if settled else p.position for p in projs}
+    expected = {p.ns: _pinned(ctx, p, p.rows.current()) for p in projs}
     pipe = BulkPipeline(ctx.redis)
     wait = queue_inbox_reads(pipe, ctx, job.namespaces) if job.fresh else None
     start = len(pipe)
     for p in projs:
         pipe.xrange(ctx.keys.changes(p.ns), min=f"({positions[p.ns]}", count=CATCH_UP_CHUNK)
-    fetches = {ns: _queue_fetch(pipe, ctx, ns, p, job, weights, filters) for ns, p in plans.items()}
+    for p in projs:  # before the fetch: a row read after a change is kept under an older version
+        pipe.queue("MGET", ctx.keys.version(p.ns), ctx.keys.touches(p.ns))
+    fetches = {
+        ns: _queue_fetch(pipe, ctx, expected, ns, p, job, weights, filters)
+        for ns, p in plans.items()
+    }
     replies = pipe.execute()
     waited = wait is not None and wait(replies, job.deadline)
+    counters = replies[start + len(projs) : start + 2 * len(projs)]
+    seen = {
+        p.ns: p.rows.observe(version, _count(touches))
+        for p, (version, touches) in zip(projs, counters, strict=True)
+    }
+    held = {ns: kept for ns, (kept, _) in seen.items()}
+    rows = {
+        ns: Pinned(None) if waited else _pinned(ctx, proj, seen[ns][1])
+        for ns, proj in zip(job.namespaces, projs, strict=True)
+    }
     pools: dict[str, dict[str, Cand]] = {}
     later = BulkPipeline(ctx.redis)
     for p, raw in zip(projs, replies[start : start + len(projs)], strict=True):
         entries = [(eid, fields(flat)) for eid, flat in raw]
-        p.settled = not waited and not entries
+        p.settled = not waited and not entries and held[p.ns]
         if p.settled and p.ns in fetches:
             pools[p.ns] = fetches[p.ns](replies)
             continue
         with p.lock:
             catch_up(ctx, p, None if waited else (positions[p.ns], entries))
         plan = _plan(ctx, p, qvec, terms, job.k, weights)
-        fetches[p.ns] = _queue_fetch(later, ctx, p.ns, plan, job, weights, filters)
+        fetches[p.ns] = _queue_fetch(later, ctx, rows, p.ns, plan, job, weights, filters)
     replies = later.execute() if len(later) else []
     pools.update({ns: fetches[ns](replies) for ns in fetches if ns not in pools})
-    return {ns: pools[ns] for ns in job.namespaces}
+    return {ns: pools[ns] for ns in job.namespaces}, rows
+
+
+def _count(raw: bytes | None) -> int:
+    """A reinforcement count as read; one that is not a count (a key anyone who may write it
+    could plant) never matches the rows kept."""
+    if raw is None:
+        return 0
+    return int(raw) if raw.isdigit() else sys.maxsize
+
+
+def _pinned(ctx: WorkerContext, proj: Projection, tag: Tag) -> Pinned:
+    """The projection's row cache under ``tag``, or none when ZQ_SEARCH_CACHE is off."""
+    return Pinned(proj.rows, tag) if ctx.settings.search_cache else Pinned(None)
 
 
 def _plan(
@@ -250,6 +282,7 @@ def _channels(
 def _queue_fetch(
     pipe: BulkPipeline,
     ctx: WorkerContext,
+    rows: Rows,
     ns: str,
     plan: _Plan,
     job: SearchJob,
@@ -266,8 +299,8 @@ def _queue_fetch(
         linked = cands
     elif job.hops and weights["graph"] > 0:
         linked = sorted(cands, key=lambda c: -relevance[c.id])[:EXPAND_SEEDS]
-    active = cands_.queue_rank_fields(pipe, ctx, cands, filters)
-    links = cands_.queue_links(pipe, ctx, linked)
+    active = cands_.queue_rank_fields(pipe, ctx, rows, cands, filters)
+    links = cands_.queue_links(pipe, ctx, rows, linked)
 
     def decoder(replies: list[Any]) -> dict[str, Cand]:
         links(replies)
@@ -297,6 +330,7 @@ def _newcomers(pool: dict[str, Cand], flow: dict[str, float], k: int) -> list[st
 
 def _expand(
     ctx: WorkerContext,
+    rows: Rows,
     ns: str,
     pool: dict[str, Cand],
     hop: int,
@@ -309,10 +343,10 @@ def _expand(
     if graph_weight <= 0:
         return
     seeds = _seeds(pool, hop)
-    cands_.load_links(ctx, seeds)
+    cands_.load_links(ctx, rows, seeds)
     flow = ranking.spread({c.id: c.relevance for c in seeds}, _links(seeds), graph_weight)
     new = _newcomers(pool, flow, k)
-    for c in cands_.fetch(ctx, ns, new, hop, filters, set(new)):
+    for c in cands_.fetch(ctx, rows, ns, new, hop, filters, set(new)):
         if cands_.passes(c, filters):
             pool[c.id] = c
     for nid, extra in flow.items():
@@ -326,6 +360,7 @@ def _links(cands: list[Cand]) -> dict[str, dict[str, float]]:
 
 def _last_hop(
     ctx: WorkerContext,
+    rows: Rows,
     pools: dict[str, dict[str, Cand]],
     job: SearchJob,
     filters: dict[str, Any],
@@ -346,7 +381,7 @@ def _last_hop(
     s = ctx.settings
     half_life_s = s.recency_half_life_days * 86_400
     hop, k, floor_rel = job.hops, job.k, job.min_relevance
-    flows = _spread(ctx, pools, hop, graph_weight, k) if hop > 0 and graph_weight > 0 else {}
+    flows = _spread(ctx, rows, pools, hop, graph_weight, k) if hop > 0 and graph_weight > 0 else {}
     ranked = [c for pool in pools.values() for c in pool.values() if c.relevance >= floor_rel]
     for c in ranked:
         cands_.score(c, now, half_life_s, s.boost_scale)
@@ -361,9 +396,9 @@ def _last_hop(
         if value >= floor_rel and ranking.score_ceiling(value, s.boost_scale) >= floor
     ]
     pipe = BulkPipeline(ctx.redis)
-    active = cands_.queue_rank_fields(pipe, ctx, neighbours, filters)
+    active = cands_.queue_rank_fields(pipe, ctx, rows, neighbours, filters)
     hit_fields = cands_.queue_hit_fields(
-        pipe, ctx, [*ranked[:width], *neighbours], qvec, ctx.embedder.name
+        pipe, ctx, rows, [*ranked[:width], *neighbours], qvec, ctx.embedder.name
     )
     replies = pipe.execute() if len(pipe) else []
     joined = [c for c in active(replies) if cands_.passes(c, filters)]
@@ -376,13 +411,18 @@ def _last_hop(
 
 
 def _spread(
-    ctx: WorkerContext, pools: dict[str, dict[str, Cand]], hop: int, graph_weight: float, k: int
+    ctx: WorkerContext,
+    rows: Rows,
+    pools: dict[str, dict[str, Cand]],
+    hop: int,
+    graph_weight: float,
+    k: int,
 ) -> dict[str, dict[str, float]]:
     """Spread relevance from each namespace's best notes along their links (adding it to the
     candidates already seen); the flow to the neighbours not yet seen that could come near the
     top k, per namespace."""
     seeds = {ns: _seeds(pool, hop) for ns, pool in pools.items()}
-    cands_.load_links(ctx, [c for group in seeds.values() for c in group])
+    cands_.load_links(ctx, rows, [c for group in seeds.values() for c in group])
     news: dict[str, dict[str, float]] = {}
     for ns, pool in pools.items():
         relevance = {c.id: c.relevance for c in seeds[ns]}
@@ -408,10 +448,28 @@ def _diversify(ranked: list[Cand], k: int, diversity: float) -> list[Cand]:
     return [ranked[i] for i in ranking.mmr(scores, np.vstack(vecs), k, 1.0 - diversity)]
 
 
-def touch(pipe: BulkPipeline, keys: Keys, hits: list[Hit], now: float) -> None:
-    """Reinforce what was returned: access_count + 1 and last_access = now (atomic HINCRBY);
-    queued on the reply's pipeline so it costs the caller no extra round trip."""
+def touch(
+    ctx: WorkerContext, pipe: BulkPipeline, hits: list[Hit], now: float
+) -> Callable[[list[Any]], None]:
+    """Reinforce what was returned: access_count + 1 and last_access = now (atomic HINCRBY),
+    and count the reinforcement of each namespace (``Keys.touches``); queued on the reply's
+    pipeline so it costs the caller no extra round trip. The returned function takes that
+    pipeline's replies and updates the rows this process keeps (worker/index/rows.py)."""
+    keys = ctx.keys
     for h in hits:
         key = keys.note(h.namespace, h.id)
         pipe.queue("HINCRBY", key, "access_count", 1)
         pipe.queue("HSET", key, "last_access", now)
+    touched = {ns: [h.id for h in hits if h.namespace == ns] for ns in {h.namespace for h in hits}}
+    start = len(pipe)
+    for ns in touched:
+        pipe.queue("INCR", keys.touches(ns))
+
+    def counted(replies: list[Any]) -> None:
+        held = ctx.held_projections()
+        for (ns, ids), count in zip(touched.items(), replies[start:], strict=True):
+            proj = held.get(ns)
+            if proj is not None:
+                proj.rows.reinforced((RANK, FILTERED), ids, now, int(count))
+
+    return counted

@@ -20,6 +20,7 @@ import msgpack
 from producer.protocol import pack_link
 from worker.context import WorkerContext
 from worker.errors import MigrationRefused
+from worker.store.notes import changed
 
 log = logging.getLogger(__name__)
 
@@ -45,7 +46,7 @@ def migrate_links(ctx: WorkerContext) -> Migrated:
     for key in r.scan_iter(match=f"{keys.prefix}:{{*}}:links:*", count=SCAN_COUNT, _type="zset"):
         head, note_id = key.decode().rsplit(":links:", 1)
         ns = head[len(keys.prefix) + 2 : -1]
-        out.links += _convert(ctx, key, f"{head}:linkmeta:{note_id}")
+        out.links += _convert(ctx, ns, key, f"{head}:linkmeta:{note_id}")
         out.notes += 1
         out.per_namespace[ns] = out.per_namespace.get(ns, 0) + 1
     pattern = f"{keys.prefix}:{{*}}:linkmeta:*"
@@ -58,7 +59,7 @@ def migrate_links(ctx: WorkerContext) -> Migrated:
     return out
 
 
-def _convert(ctx: WorkerContext, key: bytes, meta_key: str) -> int:
+def _convert(ctx: WorkerContext, ns: str, key: bytes, meta_key: str) -> int:
     """One note's sorted set and linkmeta hash into one links hash; returns the link ends."""
     r = ctx.redis
     pipe = r.pipeline(transaction=False)
@@ -67,6 +68,7 @@ def _convert(ctx: WorkerContext, key: bytes, meta_key: str) -> int:
     weights, metas = pipe.execute()
     packed = {nb: pack_link(float(w), _meta(metas.get(nb))) for nb, w in weights}
     with r.pipeline(transaction=True) as tx:
+        changed(tx, ctx.keys, ns)
         tx.delete(key)
         tx.delete(meta_key)
         if packed:

@@ -137,6 +137,13 @@ def audit(
     )
 
 
+def changed(pipe: Pipeline, keys: Keys, ns: str) -> None:
+    """Queue the INCR of the namespace's version in a transaction that changes what a search
+    reads of its notes (fields, links, which notes are active; access times excepted): search
+    processes drop what they kept of the namespace (worker/index/rows.py)."""
+    pipe.execute_command("INCR", keys.version(ns))
+
+
 def write_notes(pipe: Pipeline, keys: Keys, ns: str, writes: Sequence[NoteWrite], cap: int) -> None:
     """The note hashes (without the TOMBSTONE_FIELDS of an earlier life), the active set, the
     seq map and one change-log entry for all of them."""

@@ -39,6 +39,7 @@ def tombstone_notes(
     neighbours = notes.read_links(ctx.redis, keys, ns, list(existing)) if existing else {}
     drop_tail = bool(existing) and notes.tail_among(ctx.redis, keys, ns, existing)
     with lease.fenced() as pipe:
+        notes.changed(pipe, keys, ns)
         if existing:
             _tombstone(pipe, ctx, ns, existing, neighbours, op, actors, sources)
         if drop_tail:  # the next new note must not link to a tombstone

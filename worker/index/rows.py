@@ -1,0 +1,102 @@
+"""What searches read about a namespace's notes, kept in the worker process between searches.
+
+A search reads each candidate from Redis in tiers (worker/search/candidates.py): ranking fields,
+links, and what a returned hit shows. A namespace is searched again and again over much the
+same notes, so a process keeps those rows while two counters of the namespace hold:
+
+- its version (``Keys.version``), which every transaction that changes what a search reads
+  increments (note fields, links, which notes are active);
+- its reinforcements (``Keys.touches``), which every search that reinforces its hits (access
+  count and time) increments in the same round trip as its reply.
+
+A search reads both in its first round trip, beside its freshness check. A new version drops
+the rows. So does a reinforcement by another process, but the process's own are applied to its
+rows instead (the reply's INCR tells which they are: one more than the last count it knew), or
+every search would empty the cache of the next. The rows a search uses are therefore as
+current as a read of Redis in its first round trip.
+
+Rows carry the epoch they were read in: a search still running when the rows are dropped puts
+its rows under the old epoch, where no later search looks.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Iterable
+from dataclasses import dataclass
+from typing import Any
+
+MAX_ROWS = 10_000  #: rows kept per tier and namespace; a tier that reaches it starts over
+Tag = tuple[object, int]  #: (version read, epoch) that rows are kept under
+
+
+class RowCache:
+    """A namespace's rows by tier and note id, each under the tag it was read at."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._version: object = None
+        self._touches = -1  #: the highest reinforcement count known (-1: none read yet)
+        self._epoch = 0
+        self._tiers: dict[str, dict[str, tuple[Tag, Any]]] = {}
+
+    def current(self) -> Tag:
+        """The tag the rows kept now are under."""
+        return self._version, self._epoch
+
+    def observe(self, version: object, touches: int) -> tuple[bool, Tag]:
+        """Record the counters a search read; (whether the rows kept before still hold, the tag
+        its rows go under)."""
+        with self._lock:
+            held = version == self._version and touches <= self._touches
+            if not held:
+                self._drop()
+                self._version, self._touches = version, max(touches, self._touches)
+            return held, (self._version, self._epoch)
+
+    def reinforced(self, tiers: Iterable[str], nids: Iterable[str], at: float, count: int) -> None:
+        """This process reinforced ``nids`` at ``at`` and the namespace's count came back as
+        ``count``: the rows say so, unless another process reinforced notes since the last
+        count known (then they are dropped)."""
+        with self._lock:
+            if count > self._touches + 1 and self._touches >= 0:
+                self._drop()
+            else:
+                for tier in tiers:
+                    rows = self._tiers.get(tier, {})
+                    for nid in nids:
+                        row = rows.get(nid)
+                        if row is not None:
+                            rows[nid] = (row[0], {**row[1], "last_access": repr(at)})
+            self._touches = max(self._touches, count)
+
+    def _drop(self) -> None:
+        self._epoch += 1
+        self._tiers = {}
+
+    def get(self, tier: str, nid: str, tag: Tag) -> Any:
+        """The row of ``nid`` in ``tier`` kept under ``tag``, else None."""
+        row = self._tiers.get(tier, {}).get(nid)
+        return row[1] if row is not None and row[0] == tag else None
+
+    def put(self, tier: str, nid: str, tag: Tag, value: Any) -> None:
+        rows = self._tiers.setdefault(tier, {})
+        if len(rows) >= MAX_ROWS:
+            rows.clear()
+        rows[nid] = (tag, value)
+
+
+@dataclass(frozen=True)
+class Pinned:
+    """One search's view of a RowCache: the tag its first round trip read (rows of others are
+    not used), or no cache at all (``cache`` None: every row is read from Redis)."""
+
+    cache: RowCache | None
+    tag: Tag = (None, -1)
+
+    def get(self, tier: str, nid: str) -> Any:
+        return None if self.cache is None else self.cache.get(tier, nid, self.tag)
+
+    def put(self, tier: str, nid: str, value: Any) -> None:
+        if self.cache is not None:
+            self.cache.put(tier, nid, self.tag, value)
