@@ -27,6 +27,6 @@ def test_links_come_back_whole_with_their_weights_and_labels(ctx, degree):
     cand = Cand("a", "ns", 0, {})
     load_links(ctx, {"ns": Pinned(None)}, [cand])
     assert cand.links == links
-    assert cand.packed is not None
-    labels = {nb.decode(): link_label(raw) for nb, raw in cand.packed.items()}
-    assert labels == {link.b: link.label for link in written}
+    assert cand.linked is not None
+    labels = {nb.decode(): link_label(raw) for nb, raw in cand.linked.packed.items()}
+    assert labels == cand.linked.labels == {link.b: link.label for link in written}

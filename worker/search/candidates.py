@@ -6,8 +6,10 @@ tier is read from the process's row cache when the namespace's version still hol
 
 from __future__ import annotations
 
+import heapq
 from collections.abc import Callable, Collection, Iterable, Mapping
 from dataclasses import dataclass, field
+from functools import cached_property
 from typing import Any
 
 import numpy as np
@@ -40,6 +42,19 @@ HIT_FIELDS = (
 )
 
 
+class LinkRow:
+    """A note's links hash as read: the packed links, their weights, and (decoded when first
+    asked for, by the hits) their labels. Kept in the row cache and shared: read only."""
+
+    def __init__(self, packed: dict[bytes, bytes]) -> None:
+        self.packed = packed
+        self.weights = link_weights(packed)
+
+    @cached_property
+    def labels(self) -> dict[str, str]:
+        return {nb.decode(): link_label(raw) for nb, raw in self.packed.items()}
+
+
 @dataclass(slots=True)
 class Cand:
     id: str
@@ -47,7 +62,7 @@ class Cand:
     hop: int
     fields: dict[str, Any]
     links: dict[str, float] | None = None  #: neighbour -> weight
-    packed: dict[bytes, bytes] | None = None  #: the links hash as read (labels for the hit)
+    linked: LinkRow | None = None  #: the links hash as read (labels for the hit)
     vec: npt.NDArray[np.float32] | None = None
     similarity: float = 0.0  #: cosine with the query
     lexical: float = 0.0  #: BM25 score
@@ -130,16 +145,16 @@ def queue_links(
         if got is None:
             todo.append(c)
         else:
-            c.packed, c.links = got
+            c.linked, c.links = got, got.weights
     start = len(pipe)
     for c in todo:
         pipe.queue("HGETALL", ctx.keys.links(c.ns, c.id))
 
     def decoder(replies: list[Any]) -> None:
         for c, row in zip(todo, replies[start : start + len(todo)], strict=True):
-            c.packed = fields(row)
-            c.links = link_weights(c.packed)
-            rows[c.ns].put(LINKS, c.id, (c.packed, c.links))
+            c.linked = LinkRow(fields(row))
+            c.links = c.linked.weights
+            rows[c.ns].put(LINKS, c.id, c.linked)
 
     return decoder
 
@@ -257,6 +272,41 @@ def score(c: Cand, now: float, half_life_s: float, boost_scale: float) -> None:
     c.score = parts.score
 
 
+def order(at: float) -> Callable[[Cand], tuple[bool, float, str, str]]:
+    """Ranking order: notes still valid at ``at`` first, then by score (ties by namespace, id)."""
+    return lambda c: (superseded(c, at), -c.score, c.ns, c.id)
+
+
+def rank_top(
+    cands: list[Cand],
+    width: int,
+    score: Callable[[Cand], None],
+    at: float,
+    boost_scale: float,
+) -> list[Cand]:
+    """The candidates that can be among the best ``width``, scored and in ranking order.
+
+    They are scored from the most relevant down until one's score ceiling (its relevance times
+    the largest composite factors) is below the ``width``-th best score of the valid ones
+    scored so far: neither it nor any less relevant one can reach that (a superseded note ranks
+    below every valid one anyway), so they are left out."""
+    best: list[float] = []  # the width best scores of valid candidates, a min-heap
+    out = []
+    for c in sorted(cands, key=lambda c: -c.relevance):
+        if len(best) >= width and ranking.score_ceiling(c.relevance, boost_scale) < best[0]:
+            break
+        score(c)
+        out.append(c)
+        if superseded(c, at):
+            continue
+        if len(best) < width:
+            heapq.heappush(best, c.score)
+        elif c.score > best[0]:
+            heapq.heapreplace(best, c.score)
+    out.sort(key=order(at))
+    return out
+
+
 def to_hit(c: Cand) -> Hit:
     f, p = c.fields, c.parts
     assert p is not None
@@ -282,5 +332,5 @@ def to_hit(c: Cand) -> Hit:
         event_time=f.get("event_time"),
         valid_to=f.get("valid_to"),
         superseded_by=f.get("superseded_by"),
-        link_labels={nb.decode(): link_label(raw) for nb, raw in (c.packed or {}).items()},
+        link_labels=c.linked.labels if c.linked is not None else {},
     )

@@ -382,10 +382,13 @@ def _last_hop(
     half_life_s = s.recency_half_life_days * 86_400
     hop, k, floor_rel = job.hops, job.k, job.min_relevance
     flows = _spread(ctx, rows, pools, hop, graph_weight, k) if hop > 0 and graph_weight > 0 else {}
-    ranked = [c for pool in pools.values() for c in pool.values() if c.relevance >= floor_rel]
-    for c in ranked:
-        cands_.score(c, now, half_life_s, s.boost_scale)
-    ranked.sort(key=_order(at))
+    ranked = cands_.rank_top(
+        [c for pool in pools.values() for c in pool.values() if c.relevance >= floor_rel],
+        width,
+        lambda c: cands_.score(c, now, half_life_s, s.boost_scale),
+        at,
+        s.boost_scale,
+    )
     floor = 0.0
     if len(ranked) >= width and not cands_.superseded(ranked[width - 1], at):
         floor = ranked[width - 1].score
@@ -406,7 +409,7 @@ def _last_hop(
     for c in joined:
         pools[c.ns][c.id] = c
         cands_.score(c, now, half_life_s, s.boost_scale)
-        bisect.insort(ranked, c, key=_order(at))
+        bisect.insort(ranked, c, key=cands_.order(at))
     return ranked
 
 
@@ -432,11 +435,6 @@ def _spread(
             if nid in pool:
                 pool[nid].relevance += extra
     return news
-
-
-def _order(at: float) -> Callable[[Cand], tuple[bool, float, str, str]]:
-    """Ranking order: notes still valid at ``at`` first, then by score (ties by namespace, id)."""
-    return lambda c: (cands_.superseded(c, at), -c.score, c.ns, c.id)
 
 
 def _diversify(ranked: list[Cand], k: int, diversity: float) -> list[Cand]:
