@@ -340,9 +340,9 @@ def _find(ctx: WorkerContext, proj: Projection, todo: list[Pending]) -> _Found:
     ids, keywords, none = proj.ids, proj.keywords, frozenset[str]()
     candidates = [
         [
-            Candidate(ids[q], v, keywords.get(q, none))
+            Candidate(nid, v, keywords.get(q, none))
             for v, q in zip(vs, qs, strict=True)
-            if q in ids
+            if (nid := ids.get(q)) is not None
         ]
         for vs, qs in zip(scores.tolist(), seqs.tolist(), strict=True)
     ]
