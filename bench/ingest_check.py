@@ -50,6 +50,7 @@ SHARD_COUNT = 8
 CHUNK = 500  #: notes per store_many() call
 SESSION_NOTES = 20  #: notes per event_time (a session: sequence links within it)
 VOLATILE = {"created_at", "updated_at", "last_access", "src"}  #: fields that differ by nature
+LINK_FIELDS = ("reason", "label", "source")  #: a link's metadata compared (not its time)
 
 
 def items(n: int, seed: int) -> tuple[list[dict[str, Any]], list[dict[str, Any]], list[str]]:
@@ -110,8 +111,7 @@ def dump(r: Redis, keys: Keys) -> dict[str, Any]:
         note = {k: _decode(k, v) for k, v in sorted(fields.items())}
         links = r.hgetall(keys.links(NAMESPACE, nid))
         note["links"] = {
-            nb.decode(): [link_weight(v)] + [link_meta(v).get(f) for f in ("reason", "label")]
-            + [link_meta(v).get("source")]
+            nb.decode(): [link_weight(v), *(link_meta(v).get(f) for f in LINK_FIELDS)]
             for nb, v in sorted(links.items())
         }
         notes[nid] = note

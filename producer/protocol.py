@@ -382,7 +382,8 @@ def link_packer(source: str, at: float) -> Callable[[float, str, str], bytes]:
         if text is None:
             text = labels[label] = _label_bytes(label)
         # a fixarray of the LINK_META values: reason, source, at
-        return head(weight, len(text)) + text + b"\x93" + packb(reason) + tail
+        packed: bytes = head(weight, len(text)) + text + b"\x93" + packb(reason) + tail
+        return packed
 
     return pack
 
