@@ -22,6 +22,7 @@ from producer.protocol import (
     StoreJob,
     link_label,
     link_meta,
+    link_packer,
     link_weight,
     link_weights,
     new_id,
@@ -340,6 +341,19 @@ def test_a_packed_link_gives_back_its_exact_weight_and_metadata(
     assert unpack_link(raw) == (weight, meta)
     assert link_meta(raw) == meta
     assert pack_link(*unpack_link(raw)) == raw  # what a revert writes back is what was there
+
+
+@given(
+    weight=st.floats(allow_nan=False),
+    reason=st.text(max_size=300),
+    label=st.sampled_from(["related", "sequence", "", "über"]),
+    source=st.sampled_from(["rule:similarity", "rule:sequence", "model:x", ""]),
+)
+def test_a_link_packer_packs_what_pack_link_packs(
+    weight: float, reason: str, label: str, source: str
+) -> None:
+    meta = {"reason": reason, "label": label, "source": source, "at": NOW}
+    assert link_packer(source, NOW)(weight, reason, label) == pack_link(weight, meta)
 
 
 def test_a_link_without_a_label_reads_as_related_and_no_link_as_nothing() -> None:

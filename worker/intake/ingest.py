@@ -340,9 +340,9 @@ def _find(ctx: WorkerContext, proj: Projection, todo: list[Pending]) -> _Found:
     ids, keywords, none = proj.ids, proj.keywords, frozenset[str]()
     candidates = [
         [
-            Candidate(ids[q], v, keywords.get(q, none))
+            Candidate(nid, v, keywords.get(q, none))
             for v, q in zip(vs, qs, strict=True)
-            if q in ids
+            if (nid := ids.get(q)) is not None
         ]
         for vs, qs in zip(scores.tolist(), seqs.tolist(), strict=True)
     ]
@@ -361,19 +361,13 @@ def _propose(ctx: WorkerContext, found: _Found) -> tuple[list[Link], list[bytes]
     ids = [p.job.id for p in found.linking]
     kws = [frozenset(p.keywords) for p in found.linking]
     in_batch = batch_candidates(ids, _stack(found.linking), kws, s.link_k)
-    rarity = found.rarity
+    rarity = found.rarity.__getitem__  # every keyword of a note to link has one
     links: list[Link] = []
     queued: list[bytes] = []
     for i, nid in enumerate(ids):
         candidates = found.candidates[i] + in_batch[i]
         links += judge(
-            nid,
-            kws[i],
-            candidates,
-            s.link_threshold,
-            s.max_links,
-            lambda kw: rarity.get(kw, 0.0),
-            s.link_min_shared_idf,
+            nid, kws[i], candidates, s.link_threshold, s.max_links, rarity, s.link_min_shared_idf
         )
         if s.judge == "llm":
             queued += llm_judge.request(nid, found.linking[i].entry_id, candidates, s)

@@ -109,10 +109,11 @@ class HashingEmbedder:
         for text in texts:
             words = _words(text)
             counts = Counter(words)
-            unique.extend(map(self._features, counts))
+            features = {word: self._features(word) for word in counts}
+            unique.extend(features.values())
             tfs.extend(counts.values())
             unique_per_text.append(len(counts))
-            hashes.extend([self._features(word)[2] for word in words])
+            hashes.extend([features[word][2] for word in words])
             words_per_text.append(len(words))
         matrix = np.zeros(len(texts) * self.dim)
         if unique:

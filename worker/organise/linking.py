@@ -16,6 +16,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from operator import itemgetter
 from typing import NamedTuple
 
 import numpy as np
@@ -56,22 +57,27 @@ def judge(
     to ``min_shared``."""
     accepted: list[Link] = []
     seen: set[str] = set()
+    strong = threshold + STRONG_MARGIN
     near = [c for c in candidates if c.similarity >= threshold]
-    for cand in sorted(near, key=lambda c: -c.similarity):
+    near.sort(key=itemgetter(1), reverse=True)  # stable: ties keep their order
+    for note_id, similarity, keywords in near:
         if len(accepted) >= max_links:
             break
-        if cand.note_id == new_id or cand.note_id in seen:
+        if note_id == new_id or note_id in seen:
             continue
-        common = new_keywords & cand.keywords
-        shared = sorted([(-rarity(kw), kw) for kw in common]) if common else []  # rarest first
-        evidence = bool(shared) and -sum(minus for minus, _ in shared) >= min_shared
-        if not evidence and cand.similarity < threshold + STRONG_MARGIN:
+        common = new_keywords & keywords
+        if common:
+            shared = sorted([(-rarity(kw), kw) for kw in common])  # rarest first
+            evidence = -sum([minus for minus, _ in shared]) >= min_shared
+        else:
+            evidence = False
+        if not evidence and similarity < strong:
             continue
-        seen.add(cand.note_id)
-        reason = f"cosine {cand.similarity:.2f}"
+        seen.add(note_id)
+        reason = f"cosine {similarity:.2f}"
         if evidence:
-            reason += "; shared " + ", ".join(kw for _, kw in shared[:5])
-        accepted.append(Link(new_id, cand.note_id, round(cand.similarity, 4), reason))
+            reason += "; shared " + ", ".join([kw for _, kw in shared[:5]])
+        accepted.append(Link(new_id, note_id, round(similarity, 4), reason))
     return accepted
 
 

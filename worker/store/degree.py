@@ -9,6 +9,7 @@ commit.
 
 from __future__ import annotations
 
+from collections import Counter
 from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -61,7 +62,9 @@ def plan_cap(
         for end in (a, b):
             if end in delta:
                 delta[end] -= 1
-    counts = ctx.redis.register_script(DEGREES_LUA)(keys=[ctx.keys.links(ns, nid) for nid in ends])
+    pipe = bulk.BulkPipeline(ctx.redis)
+    pipe.queue("EVAL", DEGREES_LUA, len(ends), *[ctx.keys.links(ns, nid) for nid in ends])
+    counts = pipe.execute()[0]
     crowded = [nid for nid, count in zip(ends, counts, strict=True) if count + delta[nid] > cap]
     existing, metas = _crowded(ctx, ns, crowded) if crowded else ({}, {})
     for a, b in removed:
@@ -125,12 +128,17 @@ def cap_degree(
     touches. While a note is over the cap its weakest link (ties: the smaller neighbour id) is
     dropped, from both sides. Returns the new links that survive and the existing links
     (a, b, weight) to drop."""
-    adj = {nid: dict(nbs) for nid, nbs in existing.items()}
-    for link in new:
-        adj.setdefault(link.a, {})[link.b] = link.weight
-        adj.setdefault(link.b, {})[link.a] = link.weight
     if max_degree <= 0:
         return list(new), []
+    # Only a note with existing links, or with more new ones than the cap, can be over it.
+    gained = Counter(end for link in new for end in (link.a, link.b))
+    over = set(existing) | {nid for nid, n in gained.items() if n > max_degree}
+    adj = {nid: dict(existing.get(nid, {})) for nid in over}
+    for link in new:
+        if link.a in adj:
+            adj[link.a][link.b] = link.weight
+        if link.b in adj:
+            adj[link.b][link.a] = link.weight
     dropped: set[tuple[str, str]] = set()
     # Dropping only shrinks notes: those under the cap now stay under it.
     for nid in sorted(nid for nid, nbs in adj.items() if len(nbs) > max_degree):
@@ -140,6 +148,8 @@ def cap_degree(
             del nbs[weakest]
             adj.get(weakest, {}).pop(nid, None)
             dropped.add((nid, weakest) if nid < weakest else (weakest, nid))
+    if not dropped:
+        return list(new), []
     kept = [link for link in new if _pair(link) not in dropped]
     gone = [(a, b, existing[a][b]) for a, b in sorted(dropped) if b in existing.get(a, {})]
     gone += [(a, b, existing[b][a]) for a, b in sorted(dropped) if a in existing.get(b, {})]

@@ -16,7 +16,7 @@ from redis import Redis
 from redis.client import Pipeline
 
 from producer.keys import Keys
-from producer.protocol import PACKED_FIELDS, link_weights, pack_link
+from producer.protocol import PACKED_FIELDS, link_packer, link_weights
 from worker.index.changelog import log_change, stream_pos
 from worker.store.bulk import BulkPipeline, fields
 
@@ -170,11 +170,14 @@ def write_links(pipe: Pipeline, keys: Keys, ns: str, links: Iterable[Link], sour
     """Both directions of each link with its weight, reason, label and provenance (the link's
     own source, else ``source``): one HSET per note touched. Returns how many were written."""
     now = time.time()
+    packers = {source: link_packer(source, now)}
     args: dict[str, list[Any]] = {}  # note -> HSET arguments (neighbour, packed link, ...)
     count = 0
     for a, b, weight, reason, label, own in links:
-        meta = {"reason": reason, "label": label, "source": own or source, "at": now}
-        packed = pack_link(weight, meta)
+        pack = packers.get(own or source)
+        if pack is None:
+            pack = packers[own] = link_packer(own, now)
+        packed = pack(weight, reason, label)
         for x, y in ((a, b), (b, a)):
             if x in args:
                 args[x] += (y, packed)
