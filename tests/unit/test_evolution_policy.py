@@ -146,6 +146,7 @@ def test_a_proposal_hash_decodes_and_a_revert_call_targets_its_keys():
         keys.proposals("ns", "applied"),
         keys.proposals("ns", "reverted"),
         keys.refused("ns"),
+        keys.version("ns"),
     ]
     assert args[:7] == ["revert", "n1", "12.0", "me", "applied", "reverted", "evolve-revert"]
     assert msgpack.unpackb(args[7]) == {"tags": ["a", "billing"], "version": 4}
