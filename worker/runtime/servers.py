@@ -79,10 +79,12 @@ def serve_once(
 
 
 def answer(ctx: WorkerContext, job: SearchJob, reply: Reply) -> None:
-    """Send the reply, and reinforce its hits in the same round trip when the job asks to."""
+    """Send the reply, and reinforce its hits in the same round trip when the job asks to
+    (first: the caller's BLPOP then wakes as this process's replies come back, not before the
+    reinforcement is applied, so this process is free for the next search when the caller is)."""
     pipe = BulkPipeline(ctx.redis)
-    send_reply(ctx, pipe, reply)
     counted = search.touch(ctx, pipe, reply.hits, time.time()) if job.reinforce else None
+    send_reply(ctx, pipe, reply)
     replies = execute_reply(pipe, reply.job_id)
     if counted is not None and replies is not None:
         counted(replies)

@@ -465,7 +465,8 @@ def touch(
 
     def counted(replies: list[Any]) -> None:
         held = ctx.held_projections()
-        for (ns, ids), count in zip(touched.items(), replies[start:], strict=True):
+        counts = replies[start : start + len(touched)]
+        for (ns, ids), count in zip(touched.items(), counts, strict=True):
             proj = held.get(ns)
             if proj is not None:
                 proj.rows.reinforced((RANK, FILTERED), ids, now, int(count))
