@@ -17,6 +17,7 @@ from producer.protocol import Hit
 from tests.conftest import drain_all
 from worker.context import WorkerContext
 from worker.organise.importance import importance_namespace
+from worker.runtime.servers import answer
 from worker.search import retrieve
 from worker.store.bulk import BulkPipeline
 
@@ -167,9 +168,19 @@ def test_another_process_reinforcement_shows_in_the_next_search(ctx, client, unc
 
 
 def test_a_planted_reinforcement_count_only_turns_the_cache_off(ctx, client, uncached):
+    """A count that holds no integer: every search reads its rows, and a reinforcing reply
+    still reaches its caller and leaves the search thread serving."""
     client.store_many(NOTES, namespace="p")
     drain_all(ctx)
     ctx.redis.set(ctx.keys.touches("p"), "not a count")
     core = ClientCore(ctx.settings)
     answers(ctx, core, "p")
-    same(answers(ctx, core, "p"), answers(uncached, core, "p"))
+    with trips() as sent:
+        cached = answers(ctx, core, "p")
+    assert len(sent) == 3 * len(QUERIES)  # counters, candidates once more, hits: nothing kept
+    same(cached, answers(uncached, core, "p"))
+    job = core.search_job("search", "p", query="solar panel", k=2, timeout_s=5.0)
+    reply = retrieve.handle(ctx, job)
+    assert reply is not None
+    answer(ctx, job, reply)  # its INCR fails on the planted value; nothing raises
+    assert ctx.redis.lpop(ctx.keys.reply(job.job_id)) is not None

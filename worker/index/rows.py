@@ -44,14 +44,15 @@ class RowCache:
         """The tag the rows kept now are under."""
         return self._version, self._epoch
 
-    def observe(self, version: object, touches: int) -> tuple[bool, Tag]:
+    def observe(self, version: object, touches: int | None) -> tuple[bool, Tag]:
         """Record the counters a search read; (whether the rows kept before still hold, the tag
-        its rows go under)."""
+        its rows go under). A count that could not be read (None) holds nothing."""
         with self._lock:
-            held = version == self._version and touches <= self._touches
+            held = touches is not None and version == self._version and touches <= self._touches
             if not held:
                 self._drop()
-                self._version, self._touches = version, max(touches, self._touches)
+                self._version = version
+                self._touches = max(touches if touches is not None else -1, self._touches)
             return held, (self._version, self._epoch)
 
     def reinforced(self, tiers: Iterable[str], nids: Iterable[str], at: float, count: int) -> None:

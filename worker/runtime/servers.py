@@ -34,6 +34,7 @@ from worker.store.bulk import BulkPipeline
 log = logging.getLogger(__name__)
 
 POLL_S = 1.0  #: BRPOP timeout, so that stop() is noticed within a second
+KEY_ERRORS = ("WRONGTYPE", "value is not an integer")  #: error replies about one key's value
 
 
 def serve_once(
@@ -121,10 +122,10 @@ def _quantile(ordered: list[float], q: float) -> float:
 
 
 def is_key_error(exc: RedisError) -> bool:
-    """True for an error reply about one key (a key of the wrong type, which anyone who may
-    write it can plant): the job fails, the thread goes on. Errors of the server (OOM, BUSY,
-    READONLY, MISCONF, a lost connection) are not."""
-    return isinstance(exc, ResponseError) and str(exc).startswith("WRONGTYPE")
+    """True for an error reply about one key (a key of the wrong type, or a counter that holds
+    no integer, which anyone who may write it can plant): the job fails, the thread goes on.
+    Errors of the server (OOM, BUSY, READONLY, MISCONF, a lost connection) are not."""
+    return isinstance(exc, ResponseError) and str(exc).startswith(KEY_ERRORS)
 
 
 def send_reply(ctx: WorkerContext, pipe: Pipeline, reply: Reply) -> None:

@@ -7,7 +7,6 @@ from __future__ import annotations
 import bisect
 import logging
 import math
-import sys
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -213,12 +212,12 @@ def _first_stage(
     return {ns: pools[ns] for ns in job.namespaces}, rows
 
 
-def _count(raw: bytes | None) -> int:
-    """A reinforcement count as read; one that is not a count (a key anyone who may write it
-    could plant) never matches the rows kept."""
+def _count(raw: bytes | None) -> int | None:
+    """A reinforcement count as read; None for one that is not a count (a key anyone who may
+    write it could plant), under which no row is kept."""
     if raw is None:
         return 0
-    return int(raw) if raw.isdigit() else sys.maxsize
+    return int(raw) if raw.isdigit() else None
 
 
 def _pinned(ctx: WorkerContext, proj: Projection, tag: Tag) -> Pinned:
