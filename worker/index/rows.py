@@ -24,9 +24,10 @@ from __future__ import annotations
 import threading
 from collections.abc import Iterable
 from dataclasses import dataclass
+from itertools import islice
 from typing import Any
 
-MAX_ROWS = 10_000  #: rows kept per tier and namespace; a tier that reaches it starts over
+MAX_ROWS = 10_000  #: rows kept per tier and namespace; past it the oldest tenth are dropped
 Tag = tuple[object, int]  #: (version read, epoch) that rows are kept under
 
 
@@ -83,7 +84,9 @@ class RowCache:
     def put(self, tier: str, nid: str, tag: Tag, value: Any) -> None:
         rows = self._tiers.setdefault(tier, {})
         if len(rows) >= MAX_ROWS:
-            rows.clear()
+            with self._lock:  # one thread drops; a row another puts meanwhile stays
+                for old in list(islice(rows, MAX_ROWS // 10)):
+                    rows.pop(old, None)
         rows[nid] = (tag, value)
 
 
