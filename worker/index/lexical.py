@@ -11,17 +11,14 @@ import heapq
 import math
 import threading
 from collections import Counter
-from collections.abc import Collection, Iterable
+from collections.abc import Iterable
 from functools import lru_cache
 
 import numpy as np
-import numpy.typing as npt
 import snowballstemmer
 
+from worker.index.posting import Bm25, Floats, Floats32, PostingArrays, top
 from worker.text import STOPWORDS, tokenize
-
-Ints = npt.NDArray[np.int64]
-Floats = npt.NDArray[np.float64]
 
 K1 = 1.2  #: BM25 term-frequency saturation
 B = 0.3  #: BM25 length normalisation (low: memories are short, longer ones carry more)
@@ -56,41 +53,15 @@ def terms_of(tokens: list[str]) -> list[str]:
     return [stem(w) for w in tokens if w not in STOPWORDS and len(w) > 1]
 
 
-def _top(
-    seqs: Ints, totals: Floats, k: int, parts: list[Floats], scales: list[float]
-) -> list[tuple[int, float]]:
-    """The k best positive totals of ``seqs``, best first, ties broken by the lower seq
-    (deterministic even at the k-th place). ``parts`` are each term's (non-negative) shares of
-    the totals, one per seq of its posting, BM25 weights times the term's ``scales``: a total is
-    at least any of its shares, so the k-th largest share of one term is a floor under the k-th
-    best total, and only the seqs whose total reaches it can be among the k best. The floor
-    comes from the term scaled most among those with k shares or more (one partition of its
-    posting instead of one over every entry)."""
-    wide = [i for i, part in enumerate(parts) if len(part) >= k]
-    if wide:
-        part = parts[max(wide, key=scales.__getitem__)]
-        floor = np.partition(part, len(part) - k)[len(part) - k]
-        hit = np.flatnonzero(totals >= floor)
-    else:
-        hit = np.unique(seqs)
-    hit = hit[totals[hit] > 0]
-    if len(hit) > k:
-        kth = np.partition(totals[hit], len(hit) - k)[len(hit) - k]
-        hit = hit[totals[hit] >= kth]
-    order = hit[np.lexsort((hit, -totals[hit]))][:k]
-    return [(int(s), float(totals[s])) for s in order]
-
-
 class LexicalIndex:
     """Postings (term -> seq -> tf) with document lengths; add/remove by seq.
 
-    Scoring is vectorised: each term's posting is also kept as numpy arrays (seqs, tfs,
-    lengths), with its BM25 weights (before IDF) for the average document length they were last
-    computed at. A term's arrays are built by the first search that needs the term (terms no
-    search asks for get none: at 100k notes every term's would take 35 MB, and 0.22 s to build);
-    notes added later are appended to them at the next search that needs the term, and a term
-    whose posting loses a note has its arrays rebuilt then. The arrays always hold the posting in
-    its dict order."""
+    Scoring reads each query term's posting as seq-sorted numpy arrays (seqs, term
+    frequencies, lengths, and the BM25 weights of the last search; worker/index/posting.py),
+    which let a search of a large index read a very common term's posting only at the notes the
+    query's other terms found. A term's arrays are built by the first search that needs the term
+    (terms no search asks for get none); notes added later are appended at the next search that
+    needs the term, and a term whose posting loses a note has its arrays rebuilt then."""
 
     def __init__(self, k1: float = K1, b: float = B) -> None:
         self.k1 = k1
@@ -99,11 +70,9 @@ class LexicalIndex:
         self.docs: dict[int, dict[str, int]] = {}
         self.lengths: dict[int, int] = {}
         self.total_len = 0
-        self._arrays: dict[str, tuple[Ints, Floats, Floats]] = {}
-        #: term -> seqs added to its posting since its arrays were last brought up to date
-        self._added: dict[str, list[int]] = {}
-        self._weights: dict[str, tuple[float, Floats]] = {}  #: term -> (avgdl, BM25 weights)
-        self._lengths: Floats = np.zeros(0)  #: seq -> document length, for building arrays
+        self._arrays: dict[str, PostingArrays] = {}
+        self._lengths: Floats32 = np.zeros(0, np.float32)  #: seq -> document length
+        self._scratch: Floats = np.zeros(0)  #: seq -> a search's partial total (zeros between)
         #: the first COMPLETE_MIN_CHARS characters -> the indexed terms that start with them
         self._heads: dict[str, set[str]] = {}
 
@@ -118,9 +87,10 @@ class LexicalIndex:
         self.lengths[seq] = length = sum(counts.values())
         self.total_len += length
         if seq >= len(self._lengths):
-            grown = np.zeros(max(seq + 1, 2 * len(self._lengths)))
+            grown = np.zeros(max(seq + 1, 2 * len(self._lengths)), np.float32)
             grown[: len(self._lengths)] = self._lengths
             self._lengths = grown
+            self._scratch = np.zeros(len(grown))
         self._lengths[seq] = length
         for term, tf in counts.items():
             posting = self.postings.get(term)
@@ -129,13 +99,11 @@ class LexicalIndex:
                 if len(term) >= COMPLETE_MIN_CHARS:
                     self._heads.setdefault(term[:COMPLETE_MIN_CHARS], set()).add(term)
             posting[seq] = tf
-            self._weights.pop(term, None)
             arrays = self._arrays.get(term)
             if arrays is not None:
-                added = self._added.setdefault(term, [])
-                added.append(seq)
-                if len(added) > len(arrays[0]):  # rebuilding from the posting is as cheap
-                    del self._arrays[term], self._added[term]
+                arrays.pending.append(seq)
+                if len(arrays.pending) > len(arrays.seqs):  # rebuilding is as cheap
+                    del self._arrays[term]
 
     def remove(self, seq: int) -> None:
         counts = self.docs.pop(seq, None)
@@ -146,8 +114,6 @@ class LexicalIndex:
             posting = self.postings[term]
             del posting[seq]
             self._arrays.pop(term, None)
-            self._added.pop(term, None)
-            self._weights.pop(term, None)
             if not posting:
                 del self.postings[term]
                 self._forget_head(term)
@@ -191,51 +157,25 @@ class LexicalIndex:
         terms = [(t, w) for t, w in query.items() if t in self.postings and w > 0]
         if not terms or k <= 0:
             return []
-        avgdl = max(self.total_len / len(self.docs), 1.0)
-        seqs: list[Ints] = []
-        scores: list[Floats] = []
-        scales: list[float] = []
-        for term, weight in terms:
-            posting, bm25 = self._term_weights(term, avgdl)
-            scale = self.idf(term) * weight
-            seqs.append(posting)
-            scores.append(bm25 * scale)
-            scales.append(scale)
-        every = np.concatenate(seqs)
-        # each seq's scores summed in query order (weighted bincount gives floats)
-        totals = np.asarray(np.bincount(every, weights=np.concatenate(scores)), dtype=np.float64)
-        return _top(every, totals, k, scores, scales)
+        postings = [self._posting_arrays(t) for t, _ in terms]
+        scales = [self.idf(t) * w for t, w in terms]
+        bm25 = Bm25(self.k1, self.b, max(self.total_len / len(self.docs), 1.0))
+        return top(postings, scales, bm25, k, self._scratch)
 
-    def _term_weights(self, term: str, avgdl: float) -> tuple[Ints, Floats]:
-        """The term's posting seqs and their BM25 weights before IDF at this ``avgdl``."""
-        seqs, tfs, lens = self._posting_arrays(term)
-        cached = self._weights.get(term)
-        if cached is None or cached[0] != avgdl:
-            k1, b = self.k1, self.b
-            bm25 = tfs * (k1 + 1) / (tfs + k1 * (1 - b + b * lens / avgdl))
-            cached = self._weights[term] = (avgdl, bm25)
-        return seqs, cached[1]
-
-    def _posting_arrays(self, term: str) -> tuple[Ints, Floats, Floats]:
+    def _posting_arrays(self, term: str) -> PostingArrays:
+        """The term's arrays, built now if it has none, with the notes added since brought in."""
         posting = self.postings[term]
         arrays = self._arrays.get(term)
         if arrays is None:
-            arrays = self._arrays[term] = self._arrays_of(posting.keys(), posting.values())
-        added = self._added.pop(term, None)
-        if added:
-            more = self._arrays_of(added, map(posting.__getitem__, added))
-            arrays = self._arrays[term] = (
-                np.concatenate((arrays[0], more[0])),
-                np.concatenate((arrays[1], more[1])),
-                np.concatenate((arrays[2], more[2])),
-            )
+            seqs = np.fromiter(posting.keys(), dtype=np.int64, count=len(posting))
+            tfs = np.fromiter(posting.values(), dtype=np.float32, count=len(posting))
+            arrays = PostingArrays.of(seqs, tfs, self._lengths[seqs])
+        elif arrays.pending:
+            seqs = np.array(arrays.pending, dtype=np.int64)
+            tfs = np.fromiter(map(posting.__getitem__, arrays.pending), np.float32, len(seqs))
+            arrays = arrays.extend(seqs, tfs, self._lengths[seqs])
+        self._arrays[term] = arrays
         return arrays
-
-    def _arrays_of(self, seqs: Collection[int], tfs: Iterable[int]) -> tuple[Ints, Floats, Floats]:
-        """The (seqs, tfs, lengths) arrays of these seqs and their term frequencies."""
-        at = np.fromiter(seqs, dtype=np.int64, count=len(seqs))
-        counts = np.fromiter(tfs, dtype=np.float64, count=len(seqs))
-        return at, counts, self._lengths[at]
 
     def expand(
         self, terms: dict[str, float], feedback_docs: int, feedback_terms: int, weight: float
