@@ -198,13 +198,17 @@ def _every(
     total is at least any of its shares, so the k-th largest share of one term is a floor under
     the k-th best total, and only the seqs whose total reaches it can be among the k best (the
     floor comes from the term scaled most among those with k entries or more)."""
-    parts = [a.weights(bm25) * scale for a, scale in zip(postings, scales, strict=True)]
     every = np.concatenate([a.seqs for a in postings])
+    weights = np.empty(len(every))
+    ends = np.cumsum([len(a.seqs) for a in postings]).tolist()
+    for a, scale, end in zip(postings, scales, ends, strict=True):
+        np.multiply(a.weights(bm25), scale, out=weights[end - len(a.seqs) : end])
     # each seq's weights summed in query order (weighted bincount gives floats)
-    totals = np.asarray(np.bincount(every, weights=np.concatenate(parts)), dtype=np.float64)
-    wide = [i for i, part in enumerate(parts) if len(part) >= k]
+    totals = np.asarray(np.bincount(every, weights=weights), dtype=np.float64)
+    wide = [i for i, a in enumerate(postings) if len(a.seqs) >= k]
     if wide:
-        part = parts[max(wide, key=scales.__getitem__)]
+        i = max(wide, key=scales.__getitem__)
+        part = weights[ends[i] - len(postings[i].seqs) : ends[i]]
         hit = np.flatnonzero(totals >= np.partition(part, -k)[-k])
     else:
         hit = np.unique(every)
