@@ -17,7 +17,7 @@ from functools import lru_cache
 import numpy as np
 import snowballstemmer
 
-from worker.index.posting import Bm25, Floats, Floats32, PostingArrays, top
+from worker.index.posting import Bm25, Floats, Floats32, Posting, top
 from worker.text import STOPWORDS, tokenize
 
 K1 = 1.2  #: BM25 term-frequency saturation
@@ -54,23 +54,22 @@ def terms_of(tokens: list[str]) -> list[str]:
 
 
 class LexicalIndex:
-    """Postings (term -> seq -> tf) with document lengths; add/remove by seq.
+    """Postings (term -> the seqs that have it, with its frequency in each), each note's term
+    counts and length; add/remove by seq.
 
-    Scoring reads each query term's posting as seq-sorted numpy arrays (seqs, term
-    frequencies, lengths, and the BM25 weights of the last search; worker/index/posting.py),
-    which let a search of a large index read a very common term's posting only at the notes the
-    query's other terms found. A term's arrays are built by the first search that needs the term
-    (terms no search asks for get none); notes added later are appended at the next search that
-    needs the term, and a term whose posting loses a note has its arrays rebuilt then."""
+    A posting (worker/index/posting.py) keeps its entries as numpy arrays sorted by seq, and the
+    notes added or removed since in compact arrays and a set, which the next search of the term
+    merges in. A search reads the arrays with the BM25 weights of the last search kept beside
+    them (terms no search asks for get none), and on a large index reads a very common term's
+    posting only at the notes the query's other terms found."""
 
     def __init__(self, k1: float = K1, b: float = B) -> None:
         self.k1 = k1
         self.b = b
-        self.postings: dict[str, dict[int, int]] = {}
         self.docs: dict[int, dict[str, int]] = {}
         self.lengths: dict[int, int] = {}
         self.total_len = 0
-        self._arrays: dict[str, PostingArrays] = {}
+        self._postings: dict[str, Posting] = {}
         self._lengths: Floats32 = np.zeros(0, np.float32)  #: seq -> document length
         self._scratch: Floats = np.zeros(0)  #: seq -> a search's partial total (zeros between)
         #: the first COMPLETE_MIN_CHARS characters -> the indexed terms that start with them
@@ -93,17 +92,12 @@ class LexicalIndex:
             self._scratch = np.zeros(len(grown))
         self._lengths[seq] = length
         for term, tf in counts.items():
-            posting = self.postings.get(term)
+            posting = self._postings.get(term)
             if posting is None:
-                posting = self.postings[term] = {}
+                posting = self._postings[term] = Posting()
                 if len(term) >= COMPLETE_MIN_CHARS:
                     self._heads.setdefault(term[:COMPLETE_MIN_CHARS], set()).add(term)
-            posting[seq] = tf
-            arrays = self._arrays.get(term)
-            if arrays is not None:
-                arrays.pending.append(seq)
-                if len(arrays.pending) > len(arrays.seqs):  # rebuilding is as cheap
-                    del self._arrays[term]
+            posting.add(seq, tf)
 
     def remove(self, seq: int) -> None:
         counts = self.docs.pop(seq, None)
@@ -111,11 +105,10 @@ class LexicalIndex:
             return
         self.total_len -= self.lengths.pop(seq)
         for term in counts:
-            posting = self.postings[term]
-            del posting[seq]
-            self._arrays.pop(term, None)
-            if not posting:
-                del self.postings[term]
+            posting = self._postings[term]
+            posting.remove(seq, self._lengths)
+            if not posting.df:
+                del self._postings[term]
                 self._forget_head(term)
 
     def _forget_head(self, term: str) -> None:
@@ -132,7 +125,7 @@ class LexicalIndex:
         A completion weighs ``COMPLETE_WEIGHT`` times the shorter term's share of the longer."""
         query = dict.fromkeys(terms, 1.0)
         for term in list(query):
-            if term in self.postings or len(term) < COMPLETE_MIN_CHARS:
+            if term in self._postings or len(term) < COMPLETE_MIN_CHARS:
                 continue
             for other in self._heads.get(term[:COMPLETE_MIN_CHARS], ()):
                 short, long = sorted((term, other), key=len)
@@ -144,7 +137,8 @@ class LexicalIndex:
     def idf(self, term: str, pseudo_docs: int = 0) -> float:
         """BM25 IDF; ``pseudo_docs`` adds notes that lack the term (for rarity in small sets).
         A term no note has is as rare as one in a single note."""
-        df = len(self.postings.get(term, ())) or (1 if pseudo_docs else 0)
+        posting = self._postings.get(term)
+        df = (posting.df if posting else 0) or (1 if pseudo_docs else 0)
         n = len(self.docs) + pseudo_docs
         return math.log(1 + (n - df + 0.5) / (df + 0.5)) if df else 0.0
 
@@ -154,28 +148,13 @@ class LexicalIndex:
 
     def search_weighted(self, query: dict[str, float], k: int) -> list[tuple[int, float]]:
         """BM25 where each query term counts with its weight; best first, ties by seq."""
-        terms = [(t, w) for t, w in query.items() if t in self.postings and w > 0]
+        terms = [(t, w) for t, w in query.items() if t in self._postings and w > 0]
         if not terms or k <= 0:
             return []
-        postings = [self._posting_arrays(t) for t, _ in terms]
+        postings = [self._postings[t].current(self._lengths) for t, _ in terms]
         scales = [self.idf(t) * w for t, w in terms]
         bm25 = Bm25(self.k1, self.b, max(self.total_len / len(self.docs), 1.0))
         return top(postings, scales, bm25, k, self._scratch)
-
-    def _posting_arrays(self, term: str) -> PostingArrays:
-        """The term's arrays, built now if it has none, with the notes added since brought in."""
-        posting = self.postings[term]
-        arrays = self._arrays.get(term)
-        if arrays is None:
-            seqs = np.fromiter(posting.keys(), dtype=np.int64, count=len(posting))
-            tfs = np.fromiter(posting.values(), dtype=np.float32, count=len(posting))
-            arrays = PostingArrays.of(seqs, tfs, self._lengths[seqs])
-        elif arrays.pending:
-            seqs = np.array(arrays.pending, dtype=np.int64)
-            tfs = np.fromiter(map(posting.__getitem__, arrays.pending), np.float32, len(seqs))
-            arrays = arrays.extend(seqs, tfs, self._lengths[seqs])
-        self._arrays[term] = arrays
-        return arrays
 
     def expand(
         self, terms: dict[str, float], feedback_docs: int, feedback_terms: int, weight: float

@@ -1,6 +1,7 @@
-"""Exact BM25 top-k over postings held as seq-sorted arrays. A query whose postings are short
-next to the index (``SPARSE``) is scored by term-at-a-time MaxScore, which reads its longest
-postings only at the notes its other terms found; any other query sums every entry.
+"""BM25 postings held as seq-sorted arrays (``Posting``, brought up to date by the searches that
+read them), and the exact top-k over them. A query whose postings are short next to the index
+(``SPARSE``) is scored by term-at-a-time MaxScore, which reads its longest postings only at the
+notes its other terms found; any other query sums every entry.
 
 MaxScore: a term's weight in any note is at most its ``bound`` (its largest term frequency in its
 shortest note, times its scale). Whole postings are merged into partial totals, shortest first;
@@ -15,6 +16,7 @@ the lower seq (``MARGIN`` covers the rounding of sums taken in another order).
 
 from __future__ import annotations
 
+from array import array
 from collections.abc import Sequence
 from typing import NamedTuple
 
@@ -54,14 +56,56 @@ class Bm25(NamedTuple):
         return np.asarray(tf64 * (k1 + 1) / (tf64 + k1 * (1 - b + b * lens64 / self.avgdl)))
 
 
+class Posting:
+    """One term's posting: the notes that have it and its frequency in each, as ``PostingArrays``
+    that a search reads, and the changes since they were last brought up to date (entries added,
+    in compact arrays, and seqs removed), which the next search of the term brings in."""
+
+    def __init__(self) -> None:
+        self.df = 0  #: notes that have the term
+        self.arrays: PostingArrays | None = None
+        self.added_seqs = array("q")
+        self.added_tfs = array("f")
+        self.removed: set[int] = set()  #: seqs of ``arrays`` no longer in the posting
+
+    def add(self, seq: int, tf: int) -> None:
+        """A note that has the term (not in the posting)."""
+        self.added_seqs.append(seq)
+        self.added_tfs.append(tf)
+        self.df += 1
+
+    def remove(self, seq: int, lengths: Floats32) -> None:
+        """A note of the posting that has the term no more."""
+        if self.added_seqs:  # then ``seq`` is in the arrays, the only place it is marked
+            self.current(lengths)
+        self.removed.add(seq)
+        self.df -= 1
+
+    def current(self, lengths: Floats32) -> PostingArrays:
+        """The arrays, brought up to date (``lengths``: seq -> document length)."""
+        arrays = self.arrays
+        if arrays is not None and self.removed:
+            gone = np.fromiter(self.removed, np.int64, len(self.removed))
+            kept = np.flatnonzero(~np.isin(arrays.seqs, gone))
+            arrays = PostingArrays(arrays.seqs[kept], arrays.tfs[kept], arrays.lens[kept])
+            self.removed.clear()
+        if arrays is None or self.added_seqs:
+            seqs = np.frombuffer(self.added_seqs, np.int64)
+            tfs = np.frombuffer(self.added_tfs, np.float32)
+            added = PostingArrays.of(seqs, tfs, lengths[seqs])
+            arrays = added if arrays is None else arrays.extend(added)
+            self.added_seqs, self.added_tfs = array("q"), array("f")
+        self.arrays = arrays
+        return arrays
+
+
 class PostingArrays:
-    """One term's posting as arrays sorted by seq: seqs, term frequencies, document lengths.
-    Seqs added since are ``pending`` until the next search of the term brings them in."""
+    """A term's posting as arrays sorted by seq: seqs, term frequencies, document lengths."""
 
     def __init__(self, seqs: Ints, tfs: Floats32, lens: Floats32) -> None:
         self.seqs, self.tfs, self.lens = seqs, tfs, lens
-        self.most_tf, self.least_len = float(tfs.max()), float(lens.min())
-        self.pending: list[int] = []
+        self.most_tf = float(tfs.max()) if len(tfs) else 0.0
+        self.least_len = float(lens.min()) if len(lens) else 0.0
         #: the BM25 weights of the last search, and its average document length
         self._weights: tuple[float, Floats] = (0.0, np.zeros(0))
 
@@ -74,16 +118,19 @@ class PostingArrays:
 
     @classmethod
     def of(cls, seqs: Ints, tfs: Floats32, lens: Floats32) -> PostingArrays:
-        order = np.argsort(seqs, kind="stable")
-        return cls(seqs[order], tfs[order], lens[order])
+        """The arrays of these entries, in any order."""
+        if np.any(seqs[1:] < seqs[:-1]):
+            order = np.argsort(seqs, kind="stable")
+            seqs, tfs, lens = seqs[order], tfs[order], lens[order]
+        return cls(seqs, tfs, lens)
 
-    def extend(self, seqs: Ints, tfs: Floats32, lens: Floats32) -> PostingArrays:
+    def extend(self, more: PostingArrays) -> PostingArrays:
         """These arrays with more entries (seqs they do not hold)."""
-        seqs = np.concatenate((self.seqs, seqs))
-        tfs, lens = np.concatenate((self.tfs, tfs)), np.concatenate((self.lens, lens))
-        if np.any(seqs[1:] < seqs[:-1]):  # a seq removed and added again
-            return PostingArrays.of(seqs, tfs, lens)
-        return PostingArrays(seqs, tfs, lens)
+        return PostingArrays.of(
+            np.concatenate((self.seqs, more.seqs)),
+            np.concatenate((self.tfs, more.tfs)),
+            np.concatenate((self.lens, more.lens)),
+        )
 
     def bound(self, bm25: Bm25) -> float:
         """At least the largest BM25 weight (before IDF) of the term in any of its notes."""
