@@ -67,7 +67,6 @@ class LexicalIndex:
         self.k1 = k1
         self.b = b
         self.docs: dict[int, dict[str, int]] = {}
-        self.lengths: dict[int, int] = {}
         self.total_len = 0
         self._postings: dict[str, Posting] = {}
         self._lengths: Floats32 = np.zeros(0, np.float32)  #: seq -> document length
@@ -83,7 +82,7 @@ class LexicalIndex:
         self.remove(seq)
         counts = dict(Counter(terms))
         self.docs[seq] = counts
-        self.lengths[seq] = length = sum(counts.values())
+        length = sum(counts.values())
         self.total_len += length
         if seq >= len(self._lengths):
             grown = np.zeros(max(seq + 1, 2 * len(self._lengths)), np.float32)
@@ -103,7 +102,7 @@ class LexicalIndex:
         counts = self.docs.pop(seq, None)
         if counts is None:
             return
-        self.total_len -= self.lengths.pop(seq)
+        self.total_len -= sum(counts.values())
         for term in counts:
             posting = self._postings[term]
             posting.remove(seq, self._lengths)
@@ -168,7 +167,7 @@ class LexicalIndex:
         total = sum(score for _, score in top) or 1.0
         mass: dict[str, float] = {}
         for seq, score in top:
-            length = self.lengths[seq] or 1
+            length = float(self._lengths[seq]) or 1.0
             for term, tf in self.docs[seq].items():
                 if term not in query:
                     mass[term] = mass.get(term, 0.0) + (score / total) * tf / length
