@@ -16,6 +16,7 @@ the lower seq (``MARGIN`` covers the rounding of sums taken in another order).
 
 from __future__ import annotations
 
+import itertools
 from array import array
 from collections.abc import Sequence
 from typing import NamedTuple
@@ -231,10 +232,12 @@ def top(
 
 def _best(seqs: Ints, totals: Floats, k: int) -> list[tuple[int, float]]:
     """The k best of ``seqs`` with positive ``totals``, best first, ties by the lower seq."""
-    hit = np.flatnonzero(totals > 0)
-    if len(hit) > k:
-        hit = hit[totals[hit] >= np.partition(totals[hit], -k)[-k]]
-    order = hit[np.lexsort((seqs[hit], -totals[hit]))][:k]
+    positive = totals > 0
+    seqs, totals = seqs[positive], totals[positive]
+    if len(totals) > k:
+        kept = totals >= np.partition(totals, -k)[-k]
+        seqs, totals = seqs[kept], totals[kept]
+    order = np.lexsort((seqs, -totals))[:k]
     return list(zip(seqs[order].tolist(), totals[order].tolist(), strict=True))
 
 
@@ -247,7 +250,7 @@ def _every(
     floor comes from the term scaled most among those with k entries or more)."""
     every = np.concatenate([a.seqs for a in postings])
     weights = np.empty(len(every))
-    ends = np.cumsum([len(a.seqs) for a in postings]).tolist()
+    ends = list(itertools.accumulate(len(a.seqs) for a in postings))
     for a, scale, end in zip(postings, scales, ends, strict=True):
         np.multiply(a.weights(bm25), scale, out=weights[end - len(a.seqs) : end])
     # each seq's weights summed in query order (weighted bincount gives floats)
