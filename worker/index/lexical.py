@@ -11,17 +11,14 @@ import heapq
 import math
 import threading
 from collections import Counter
-from collections.abc import Collection, Iterable
+from collections.abc import Iterable
 from functools import lru_cache
 
 import numpy as np
-import numpy.typing as npt
 import snowballstemmer
 
+from worker.index.posting import Bm25, Floats, Floats32, Posting, top
 from worker.text import STOPWORDS, tokenize
-
-Ints = npt.NDArray[np.int64]
-Floats = npt.NDArray[np.float64]
 
 K1 = 1.2  #: BM25 term-frequency saturation
 B = 0.3  #: BM25 length normalisation (low: memories are short, longer ones carry more)
@@ -56,54 +53,24 @@ def terms_of(tokens: list[str]) -> list[str]:
     return [stem(w) for w in tokens if w not in STOPWORDS and len(w) > 1]
 
 
-def _top(
-    seqs: Ints, totals: Floats, k: int, parts: list[Floats], scales: list[float]
-) -> list[tuple[int, float]]:
-    """The k best positive totals of ``seqs``, best first, ties broken by the lower seq
-    (deterministic even at the k-th place). ``parts`` are each term's (non-negative) shares of
-    the totals, one per seq of its posting, BM25 weights times the term's ``scales``: a total is
-    at least any of its shares, so the k-th largest share of one term is a floor under the k-th
-    best total, and only the seqs whose total reaches it can be among the k best. The floor
-    comes from the term scaled most among those with k shares or more (one partition of its
-    posting instead of one over every entry)."""
-    wide = [i for i, part in enumerate(parts) if len(part) >= k]
-    if wide:
-        part = parts[max(wide, key=scales.__getitem__)]
-        floor = np.partition(part, len(part) - k)[len(part) - k]
-        hit = np.flatnonzero(totals >= floor)
-    else:
-        hit = np.unique(seqs)
-    hit = hit[totals[hit] > 0]
-    if len(hit) > k:
-        kth = np.partition(totals[hit], len(hit) - k)[len(hit) - k]
-        hit = hit[totals[hit] >= kth]
-    order = hit[np.lexsort((hit, -totals[hit]))][:k]
-    return [(int(s), float(totals[s])) for s in order]
-
-
 class LexicalIndex:
-    """Postings (term -> seq -> tf) with document lengths; add/remove by seq.
+    """Postings (term -> the seqs that have it, with its frequency in each), each note's term
+    counts and length; add/remove by seq.
 
-    Scoring is vectorised: each term's posting is also kept as numpy arrays (seqs, tfs,
-    lengths), with its BM25 weights (before IDF) for the average document length they were last
-    computed at. A term's arrays are built by the first search that needs the term (terms no
-    search asks for get none: at 100k notes every term's would take 35 MB, and 0.22 s to build);
-    notes added later are appended to them at the next search that needs the term, and a term
-    whose posting loses a note has its arrays rebuilt then. The arrays always hold the posting in
-    its dict order."""
+    A posting (worker/index/posting.py) keeps its entries as numpy arrays sorted by seq, and the
+    notes added or removed since in compact arrays and a set, which the next search of the term
+    merges in. A search reads the arrays with the BM25 weights of the last search kept beside
+    them (terms no search asks for get none), and on a large index reads a very common term's
+    posting only at the notes the query's other terms found."""
 
     def __init__(self, k1: float = K1, b: float = B) -> None:
         self.k1 = k1
         self.b = b
-        self.postings: dict[str, dict[int, int]] = {}
         self.docs: dict[int, dict[str, int]] = {}
-        self.lengths: dict[int, int] = {}
         self.total_len = 0
-        self._arrays: dict[str, tuple[Ints, Floats, Floats]] = {}
-        #: term -> seqs added to its posting since its arrays were last brought up to date
-        self._added: dict[str, list[int]] = {}
-        self._weights: dict[str, tuple[float, Floats]] = {}  #: term -> (avgdl, BM25 weights)
-        self._lengths: Floats = np.zeros(0)  #: seq -> document length, for building arrays
+        self._postings: dict[str, Posting] = {}
+        self._lengths: Floats32 = np.zeros(0, np.float32)  #: seq -> document length
+        self._scratch: Floats = np.zeros(0)  #: seq -> a search's partial total (zeros between)
         #: the first COMPLETE_MIN_CHARS characters -> the indexed terms that start with them
         self._heads: dict[str, set[str]] = {}
 
@@ -115,41 +82,32 @@ class LexicalIndex:
         self.remove(seq)
         counts = dict(Counter(terms))
         self.docs[seq] = counts
-        self.lengths[seq] = length = sum(counts.values())
+        length = sum(counts.values())
         self.total_len += length
         if seq >= len(self._lengths):
-            grown = np.zeros(max(seq + 1, 2 * len(self._lengths)))
+            grown = np.zeros(max(seq + 1, 2 * len(self._lengths)), np.float32)
             grown[: len(self._lengths)] = self._lengths
             self._lengths = grown
+            self._scratch = np.zeros(len(grown))
         self._lengths[seq] = length
         for term, tf in counts.items():
-            posting = self.postings.get(term)
+            posting = self._postings.get(term)
             if posting is None:
-                posting = self.postings[term] = {}
+                posting = self._postings[term] = Posting()
                 if len(term) >= COMPLETE_MIN_CHARS:
                     self._heads.setdefault(term[:COMPLETE_MIN_CHARS], set()).add(term)
-            posting[seq] = tf
-            self._weights.pop(term, None)
-            arrays = self._arrays.get(term)
-            if arrays is not None:
-                added = self._added.setdefault(term, [])
-                added.append(seq)
-                if len(added) > len(arrays[0]):  # rebuilding from the posting is as cheap
-                    del self._arrays[term], self._added[term]
+            posting.add(seq, tf)
 
     def remove(self, seq: int) -> None:
         counts = self.docs.pop(seq, None)
         if counts is None:
             return
-        self.total_len -= self.lengths.pop(seq)
+        self.total_len -= sum(counts.values())
         for term in counts:
-            posting = self.postings[term]
-            del posting[seq]
-            self._arrays.pop(term, None)
-            self._added.pop(term, None)
-            self._weights.pop(term, None)
-            if not posting:
-                del self.postings[term]
+            posting = self._postings[term]
+            posting.remove(seq, self._lengths)
+            if not posting.df:
+                del self._postings[term]
                 self._forget_head(term)
 
     def _forget_head(self, term: str) -> None:
@@ -166,7 +124,7 @@ class LexicalIndex:
         A completion weighs ``COMPLETE_WEIGHT`` times the shorter term's share of the longer."""
         query = dict.fromkeys(terms, 1.0)
         for term in list(query):
-            if term in self.postings or len(term) < COMPLETE_MIN_CHARS:
+            if term in self._postings or len(term) < COMPLETE_MIN_CHARS:
                 continue
             for other in self._heads.get(term[:COMPLETE_MIN_CHARS], ()):
                 short, long = sorted((term, other), key=len)
@@ -178,7 +136,8 @@ class LexicalIndex:
     def idf(self, term: str, pseudo_docs: int = 0) -> float:
         """BM25 IDF; ``pseudo_docs`` adds notes that lack the term (for rarity in small sets).
         A term no note has is as rare as one in a single note."""
-        df = len(self.postings.get(term, ())) or (1 if pseudo_docs else 0)
+        posting = self._postings.get(term)
+        df = (posting.df if posting else 0) or (1 if pseudo_docs else 0)
         n = len(self.docs) + pseudo_docs
         return math.log(1 + (n - df + 0.5) / (df + 0.5)) if df else 0.0
 
@@ -188,54 +147,13 @@ class LexicalIndex:
 
     def search_weighted(self, query: dict[str, float], k: int) -> list[tuple[int, float]]:
         """BM25 where each query term counts with its weight; best first, ties by seq."""
-        terms = [(t, w) for t, w in query.items() if t in self.postings and w > 0]
+        terms = [(t, w) for t, w in query.items() if t in self._postings and w > 0]
         if not terms or k <= 0:
             return []
-        avgdl = max(self.total_len / len(self.docs), 1.0)
-        seqs: list[Ints] = []
-        scores: list[Floats] = []
-        scales: list[float] = []
-        for term, weight in terms:
-            posting, bm25 = self._term_weights(term, avgdl)
-            scale = self.idf(term) * weight
-            seqs.append(posting)
-            scores.append(bm25 * scale)
-            scales.append(scale)
-        every = np.concatenate(seqs)
-        # each seq's scores summed in query order (weighted bincount gives floats)
-        totals = np.asarray(np.bincount(every, weights=np.concatenate(scores)), dtype=np.float64)
-        return _top(every, totals, k, scores, scales)
-
-    def _term_weights(self, term: str, avgdl: float) -> tuple[Ints, Floats]:
-        """The term's posting seqs and their BM25 weights before IDF at this ``avgdl``."""
-        seqs, tfs, lens = self._posting_arrays(term)
-        cached = self._weights.get(term)
-        if cached is None or cached[0] != avgdl:
-            k1, b = self.k1, self.b
-            bm25 = tfs * (k1 + 1) / (tfs + k1 * (1 - b + b * lens / avgdl))
-            cached = self._weights[term] = (avgdl, bm25)
-        return seqs, cached[1]
-
-    def _posting_arrays(self, term: str) -> tuple[Ints, Floats, Floats]:
-        posting = self.postings[term]
-        arrays = self._arrays.get(term)
-        if arrays is None:
-            arrays = self._arrays[term] = self._arrays_of(posting.keys(), posting.values())
-        added = self._added.pop(term, None)
-        if added:
-            more = self._arrays_of(added, map(posting.__getitem__, added))
-            arrays = self._arrays[term] = (
-                np.concatenate((arrays[0], more[0])),
-                np.concatenate((arrays[1], more[1])),
-                np.concatenate((arrays[2], more[2])),
-            )
-        return arrays
-
-    def _arrays_of(self, seqs: Collection[int], tfs: Iterable[int]) -> tuple[Ints, Floats, Floats]:
-        """The (seqs, tfs, lengths) arrays of these seqs and their term frequencies."""
-        at = np.fromiter(seqs, dtype=np.int64, count=len(seqs))
-        counts = np.fromiter(tfs, dtype=np.float64, count=len(seqs))
-        return at, counts, self._lengths[at]
+        postings = [self._postings[t].current(self._lengths) for t, _ in terms]
+        scales = [self.idf(t) * w for t, w in terms]
+        bm25 = Bm25(self.k1, self.b, max(self.total_len / len(self.docs), 1.0))
+        return top(postings, scales, bm25, k, self._scratch)
 
     def expand(
         self, terms: dict[str, float], feedback_docs: int, feedback_terms: int, weight: float
@@ -249,7 +167,7 @@ class LexicalIndex:
         total = sum(score for _, score in top) or 1.0
         mass: dict[str, float] = {}
         for seq, score in top:
-            length = self.lengths[seq] or 1
+            length = float(self._lengths[seq]) or 1.0
             for term, tf in self.docs[seq].items():
                 if term not in query:
                     mass[term] = mass.get(term, 0.0) + (score / total) * tf / length

@@ -1,0 +1,294 @@
+"""BM25 postings held as seq-sorted arrays (``Posting``, brought up to date by the searches that
+read them), and the exact top-k over them. A query whose postings are short next to the index
+(``SPARSE``) is scored by term-at-a-time MaxScore, which reads its longest postings only at the
+notes its other terms found; any other query sums every entry.
+
+MaxScore: a term's weight in any note is at most its ``bound`` (its largest term frequency in its
+shortest note, times its scale). Whole postings are merged into partial totals, shortest first;
+the best k-th best partial total among the notes of one merged term is a lower bound (``floor``)
+of the k-th best total. Once the terms left can be split so that those with the longest postings
+have bounds summing under the floor, those are only looked up: a note that none of the merged
+terms has totals under the floor and cannot be among the k best. The notes found are pruned by
+the floor as lookups raise it, and the few left are summed again in query order, as the
+exhaustive sum gives them: the k best and their scores are exactly that sum's, ties broken by
+the lower seq (``MARGIN`` covers the rounding of sums taken in another order).
+"""
+
+from __future__ import annotations
+
+import itertools
+from array import array
+from collections.abc import Sequence
+from typing import NamedTuple
+
+import numpy as np
+import numpy.typing as npt
+
+Ints = npt.NDArray[np.int64]
+Floats = npt.NDArray[np.float64]
+Floats32 = npt.NDArray[np.float32]
+
+#: A query is scored by MaxScore when the index holds more than ``SPARSE_MIN`` notes plus this
+#: many per entry of its postings; otherwise every entry is summed into an array of one float per
+#: note: a few large array operations, which then cost less than MaxScore's scattered reads and
+#: writes of each entry and its many small operations (measured in bench/lexical.py).
+SPARSE = 16
+SPARSE_MIN = 131_072
+#: Looking a note up in a posting by bisection costs about this many times one write of one of
+#: the posting's entries to an array indexed by seq: lookups of more notes than the posting's
+#: length over this write the posting there and read the notes back.
+BISECT_COST = 8
+#: Comparisons with the floor allow this relative slack, far more than the rounding of summing a
+#: note's weights in another order can make.
+MARGIN = 1e-9
+
+
+class Bm25(NamedTuple):
+    """The BM25 parameters and the average document length of one search."""
+
+    k1: float
+    b: float
+    avgdl: float
+
+    def weights(self, tf: Floats32, lens: Floats32) -> Floats:
+        """BM25 weights (before IDF) of term frequencies ``tf`` in documents of ``lens``."""
+        k1, b = self.k1, self.b
+        tf64, lens64 = tf.astype(np.float64), lens.astype(np.float64)
+        return np.asarray(tf64 * (k1 + 1) / (tf64 + k1 * (1 - b + b * lens64 / self.avgdl)))
+
+
+class Posting:
+    """One term's posting: the notes that have it and its frequency in each, as ``PostingArrays``
+    that a search reads, and the changes since they were last brought up to date (entries added,
+    in compact arrays, and seqs removed), which the next search of the term brings in."""
+
+    def __init__(self) -> None:
+        self.df = 0  #: notes that have the term
+        self.arrays: PostingArrays | None = None
+        self.added_seqs = array("q")
+        self.added_tfs = array("f")
+        self.removed: set[int] = set()  #: seqs of ``arrays`` no longer in the posting
+
+    def add(self, seq: int, tf: int) -> None:
+        """A note that has the term (not in the posting)."""
+        self.added_seqs.append(seq)
+        self.added_tfs.append(tf)
+        self.df += 1
+
+    def remove(self, seq: int, lengths: Floats32) -> None:
+        """A note of the posting that has the term no more."""
+        if self.added_seqs:  # then ``seq`` is in the arrays, the only place it is marked
+            self.current(lengths)
+        self.removed.add(seq)
+        self.df -= 1
+
+    def current(self, lengths: Floats32) -> PostingArrays:
+        """The arrays, brought up to date (``lengths``: seq -> document length)."""
+        arrays = self.arrays
+        if arrays is not None and self.removed:
+            gone = np.fromiter(self.removed, np.int64, len(self.removed))
+            kept = np.flatnonzero(~np.isin(arrays.seqs, gone))
+            arrays = PostingArrays(arrays.seqs[kept], arrays.tfs[kept], arrays.lens[kept])
+            self.removed.clear()
+        if arrays is None or self.added_seqs:
+            seqs = np.frombuffer(self.added_seqs, np.int64)
+            tfs = np.frombuffer(self.added_tfs, np.float32)
+            added = PostingArrays.of(seqs, tfs, lengths[seqs])
+            arrays = added if arrays is None else arrays.extend(added)
+            self.added_seqs, self.added_tfs = array("q"), array("f")
+        self.arrays = arrays
+        return arrays
+
+
+class PostingArrays:
+    """A term's posting as arrays sorted by seq: seqs, term frequencies, document lengths."""
+
+    def __init__(self, seqs: Ints, tfs: Floats32, lens: Floats32) -> None:
+        self.seqs, self.tfs, self.lens = seqs, tfs, lens
+        self.most_tf = float(tfs.max()) if len(tfs) else 0.0
+        self.least_len = float(lens.min()) if len(lens) else 0.0
+        #: the BM25 weights of the last search, and its average document length
+        self._weights: tuple[float, Floats] = (0.0, np.zeros(0))
+
+    def weights(self, bm25: Bm25) -> Floats:
+        """The BM25 weights (before IDF) of every entry (the index's ``k1`` and ``b`` do not
+        change: its average document length does)."""
+        if self._weights[0] != bm25.avgdl:
+            self._weights = (bm25.avgdl, bm25.weights(self.tfs, self.lens))
+        return self._weights[1]
+
+    @classmethod
+    def of(cls, seqs: Ints, tfs: Floats32, lens: Floats32) -> PostingArrays:
+        """The arrays of these entries, in any order."""
+        if np.any(seqs[1:] < seqs[:-1]):
+            order = np.argsort(seqs, kind="stable")
+            seqs, tfs, lens = seqs[order], tfs[order], lens[order]
+        return cls(seqs, tfs, lens)
+
+    def extend(self, more: PostingArrays) -> PostingArrays:
+        """These arrays with more entries (seqs they do not hold)."""
+        return PostingArrays.of(
+            np.concatenate((self.seqs, more.seqs)),
+            np.concatenate((self.tfs, more.tfs)),
+            np.concatenate((self.lens, more.lens)),
+        )
+
+    def bound(self, bm25: Bm25) -> float:
+        """At least the largest BM25 weight (before IDF) of the term in any of its notes."""
+        k1, b, tf = bm25.k1, bm25.b, self.most_tf
+        return tf * (k1 + 1) / (tf + k1 * (1 - b + b * self.least_len / bm25.avgdl))
+
+    def at(self, seqs: Ints, scratch: Floats) -> tuple[Ints, Ints]:
+        """Where ``seqs`` are in these arrays: (index into ``seqs``, index here). Many seqs are
+        looked up through ``scratch`` (all zeros, left so), a few by bisection."""
+        if len(seqs) * BISECT_COST < len(self.seqs):
+            at = np.searchsorted(self.seqs, seqs)
+            hit = np.flatnonzero(self.seqs.take(at, mode="clip") == seqs)
+            return hit, at[hit]
+        scratch[self.seqs] = np.arange(1, len(self.seqs) + 1)
+        found = scratch[seqs]
+        scratch[self.seqs] = 0
+        hit = np.flatnonzero(found)
+        return hit, found[hit].astype(np.int64) - 1
+
+
+class Term(NamedTuple):
+    """A query term: its posting arrays and its scale (IDF times query weight, > 0)."""
+
+    arrays: PostingArrays
+    scale: float
+
+    def weights_at(self, seqs: Ints, scratch: Floats, bm25: Bm25) -> tuple[Ints, Floats]:
+        """The term's weights (times its scale) at those of ``seqs`` it has: (index, weight)."""
+        mine, theirs = self.arrays.at(seqs, scratch)
+        return mine, self.arrays.weights(bm25)[theirs] * self.scale
+
+
+class Found:
+    """The notes a search found and their partial totals: summed in ``scratch`` (indexed by
+    seq, all zeros outside a search) while whole postings are merged, then read out."""
+
+    def __init__(self, scratch: Floats) -> None:
+        self.scratch = scratch
+        self.parts: list[Ints] = []  #: the seqs that each merge found first
+        #: the best k-th best partial total among the notes of one merged term
+        self.floor = 0.0
+        self.seqs = np.zeros(0, np.int64)
+        self.totals = np.zeros(0)
+
+    def merge(self, term: Term, bm25: Bm25, k: int) -> None:
+        """Every entry of the term added in: the notes it has that were not found yet join."""
+        a = term.arrays
+        before = self.scratch[a.seqs]
+        self.parts.append(a.seqs[before == 0])
+        after = before + a.weights(bm25) * term.scale
+        self.scratch[a.seqs] = after
+        if len(after) >= k:
+            self.floor = max(self.floor, float(np.partition(after, len(after) - k)[-k]))
+
+    def settle(self) -> None:
+        """Read the totals out of the scratch array and zero it: no more merges."""
+        self.seqs = np.concatenate(self.parts) if self.parts else self.seqs
+        self.totals = self.scratch[self.seqs]
+        self.scratch[self.seqs] = 0
+
+    def add(self, term: Term, bm25: Bm25) -> None:
+        """The term's weights added to the notes found (settled), which it is not merged into."""
+        mine, weights = term.weights_at(self.seqs, self.scratch, bm25)
+        self.totals[mine] += weights
+
+    def keep(self, k: int, unread: float) -> None:
+        """Drop the notes whose totals cannot reach the k-th best with ``unread`` more."""
+        if len(self.totals) >= k:
+            self.floor = max(self.floor, float(np.partition(self.totals, -k)[-k]))
+        kept = np.flatnonzero(self.totals >= self.floor * (1 - MARGIN) - unread)
+        self.seqs, self.totals = self.seqs[kept], self.totals[kept]
+
+
+def top(
+    postings: list[PostingArrays], scales: list[float], bm25: Bm25, k: int, scratch: Floats
+) -> list[tuple[int, float]]:
+    """The k best seqs by the BM25 sum over the query terms (their postings, and their scales:
+    IDF times query weight, > 0), best first, ties by the lower seq; exactly the k best of
+    summing every entry of every posting, in query order. ``scratch`` is all zeros, longer than
+    the largest seq, and left so."""
+    if len(scratch) < SPARSE * sum(len(a.seqs) for a in postings) + SPARSE_MIN:
+        return _every(postings, scales, bm25, k)
+    terms = [Term(a, scale) for a, scale in zip(postings, scales, strict=True)]
+    found = Found(scratch)
+    bounds = [t.arrays.bound(bm25) * t.scale for t in terms]
+    lookups = _merge_rarest(found, terms, bounds, bm25, k)
+    unread = sum(bounds[i] for i in lookups)
+    for i in sorted(lookups, key=bounds.__getitem__, reverse=True):
+        found.keep(k, unread)
+        found.add(terms[i], bm25)
+        unread -= bounds[i]
+    found.keep(k, 0.0)
+    found.totals = np.zeros(len(found.seqs))
+    for term in terms:  # summed again in query order
+        found.add(term, bm25)
+    return _best(found.seqs, found.totals, k)
+
+
+def _best(seqs: Ints, totals: Floats, k: int) -> list[tuple[int, float]]:
+    """The k best of ``seqs`` with positive ``totals``, best first, ties by the lower seq."""
+    positive = totals > 0
+    seqs, totals = seqs[positive], totals[positive]
+    if len(totals) > k:
+        kept = totals >= np.partition(totals, -k)[-k]
+        seqs, totals = seqs[kept], totals[kept]
+    order = np.lexsort((seqs, -totals))[:k]
+    return list(zip(seqs[order].tolist(), totals[order].tolist(), strict=True))
+
+
+def _every(
+    postings: list[PostingArrays], scales: list[float], bm25: Bm25, k: int
+) -> list[tuple[int, float]]:
+    """``top`` by summing every entry: the k best positive totals, ties by the lower seq. A
+    total is at least any of its shares, so the k-th largest share of one term is a floor under
+    the k-th best total, and only the seqs whose total reaches it can be among the k best (the
+    floor comes from the term scaled most among those with k entries or more)."""
+    every = np.concatenate([a.seqs for a in postings])
+    weights = np.empty(len(every))
+    ends = list(itertools.accumulate(len(a.seqs) for a in postings))
+    for a, scale, end in zip(postings, scales, ends, strict=True):
+        np.multiply(a.weights(bm25), scale, out=weights[end - len(a.seqs) : end])
+    # each seq's weights summed in query order (weighted bincount gives floats)
+    totals = np.asarray(np.bincount(every, weights=weights), dtype=np.float64)
+    wide = [i for i, a in enumerate(postings) if len(a.seqs) >= k]
+    if wide:
+        i = max(wide, key=scales.__getitem__)
+        part = weights[ends[i] - len(postings[i].seqs) : ends[i]]
+        hit = np.flatnonzero(totals >= np.partition(part, -k)[-k])
+    else:
+        hit = np.unique(every)
+    return _best(hit, totals[hit], k)
+
+
+def _merge_rarest(
+    found: Found, terms: Sequence[Term], bounds: list[float], bm25: Bm25, k: int
+) -> list[int]:
+    """Merge whole postings into ``found``, shortest first, until the longest of those left
+    have bounds summing under the floor; settle ``found`` and return those left."""
+    rest = sorted(range(len(terms)), key=lambda i: len(terms[i].arrays.seqs))
+    lookups: list[int] = []
+    try:
+        while len(lookups) < len(rest):
+            rest.remove(i := next(i for i in rest if i not in lookups))
+            found.merge(terms[i], bm25, k)
+            lookups = _lookups(rest, bounds, found.floor)
+    finally:
+        found.settle()
+    return lookups
+
+
+def _lookups(rest: list[int], bounds: list[float], floor: float) -> list[int]:
+    """The terms of ``rest`` (shortest posting first) to look up only: from the longest, each
+    whose bound still fits, bounds summing under the floor (less the margin)."""
+    chosen: list[int] = []
+    room = floor * (1 - MARGIN)
+    for i in reversed(rest):
+        if bounds[i] < room:
+            chosen.append(i)
+            room -= bounds[i]
+    return chosen
