@@ -30,9 +30,7 @@ from typing import Any
 
 from redis import Redis
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-from foundation import Corpus
-
+from bench.foundation import Corpus
 from producer import MemoryClient
 from producer.settings import ProducerSettings
 
@@ -56,6 +54,7 @@ def serve(notes: int, url: str, prefix: str) -> None:
     from worker.context import WorkerContext
     from worker.intake.drain import drain_shard
     from worker.runtime import servers
+    from worker.search import retrieve
     from worker.settings import WorkerSettings
 
     s = WorkerSettings(
@@ -85,9 +84,9 @@ def serve(notes: int, url: str, prefix: str) -> None:
 
         return call
 
-    servers.search.handle = timed("handle", servers.search.handle)  # type: ignore[method-assign]
+    setattr(retrieve, "handle", timed("handle", retrieve.handle))  # noqa: B010
     if hasattr(servers, "answer"):  # trees before 2026-12-07 reply inside serve_once
-        servers.answer = timed("answer", servers.answer)
+        setattr(servers, "answer", timed("answer", servers.answer))  # noqa: B010
     server = servers.SearchServer(ctx).start()
     stop = threading.Event()
     signal.signal(signal.SIGTERM, lambda *_: stop.set())
@@ -102,7 +101,16 @@ def serve(notes: int, url: str, prefix: str) -> None:
 
 def client(args: argparse.Namespace) -> None:
     prefix = f"ss{uuid.uuid4().hex[:6]}"
-    command = [sys.executable, __file__, "--serve", "--notes", str(args.notes), "--prefix", prefix]
+    command = [
+        sys.executable,
+        "-m",
+        "bench.search_split",
+        "--serve",
+        "--notes",
+        str(args.notes),
+        "--prefix",
+        prefix,
+    ]
     command += ["--redis-url", args.redis_url]
     proc = subprocess.Popen(command, stdout=subprocess.PIPE, text=True)
     try:
