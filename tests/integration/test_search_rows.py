@@ -139,12 +139,17 @@ def reinforce(ctx: WorkerContext, hits: list[Hit], now: float) -> None:
     counted(pipe.execute())
 
 
-def test_a_search_that_reinforces_keeps_its_rows_current(ctx, client, uncached):
-    ids = client.store_many(NOTES, namespace="r")
+def searched_old_notes(ctx: WorkerContext, client, ns: str) -> tuple[ClientCore, list[list[Hit]]]:
+    """The notes stored 90 days ago in ``ns``, organised, and searched once by ``ctx``."""
+    ids = client.store_many(NOTES, namespace=ns)
     drain_all(ctx)
-    age(ctx, "r", ids, 90)
+    age(ctx, ns, ids, 90)
     core = ClientCore(ctx.settings)
-    before = answers(ctx, core, "r")
+    return core, answers(ctx, core, ns)
+
+
+def test_a_search_that_reinforces_keeps_its_rows_current(ctx, client, uncached):
+    core, before = searched_old_notes(ctx, client, "r")
     reinforce(ctx, before[1][:2], time.time())
     with trips() as sent:
         after = answers(ctx, core, "r")
@@ -154,11 +159,7 @@ def test_a_search_that_reinforces_keeps_its_rows_current(ctx, client, uncached):
 
 
 def test_another_process_reinforcement_shows_in_the_next_search(ctx, client, uncached):
-    ids = client.store_many(NOTES, namespace="o")
-    drain_all(ctx)
-    age(ctx, "o", ids, 90)
-    core = ClientCore(ctx.settings)
-    before = answers(ctx, core, "o")
+    core, before = searched_old_notes(ctx, client, "o")
     reinforce(uncached, before[1][:2], time.time())  # another process's search
     after = answers(ctx, core, "o")
     same(after, answers(uncached, core, "o"))
