@@ -185,3 +185,21 @@ def test_a_planted_reinforcement_count_only_turns_the_cache_off(ctx, client, unc
     assert reply is not None
     answer(ctx, job, reply)  # its INCR fails on the planted value; nothing raises
     assert ctx.redis.lpop(ctx.keys.reply(job.job_id)) is not None
+
+
+def test_one_id_in_two_namespaces_keeps_two_rows(ctx, client):
+    """Ids are the caller's to give, so one id can name a note in each of two namespaces: a
+    search over both returns each with its own fields, read or kept."""
+    nid = client.store("The solar panel dashboard is green.", namespace="m1")
+    client.store("The solar panel dashboard is red.", namespace="m2", id=nid)
+    drain_all(ctx)
+    core = ClientCore(ctx.settings)
+    for _ in range(2):
+        job = core.search_job("search", ["m1", "m2"], query="solar dashboard", k=4, timeout_s=5)
+        reply = retrieve.handle(ctx, job)
+        assert reply is not None and reply.ok
+        got = {(h.namespace, h.id): h.content for h in reply.hits}
+        assert got == {
+            ("m1", nid): "The solar panel dashboard is green.",
+            ("m2", nid): "The solar panel dashboard is red.",
+        }

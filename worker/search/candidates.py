@@ -111,19 +111,19 @@ def queue_rank_fields(
     if filters:
         names += (*FILTER_FIELDS, "metadata")
         tier = FILTERED
-    kept = {c.id: got for c in cands if (got := rows[c.ns].get(tier, c.id)) is not None}
-    todo = [c for c in cands if c.id not in kept]
+    kept = {(c.ns, c.id): got for c in cands if (got := rows[c.ns].get(tier, c.id)) is not None}
+    todo = [c for c in cands if (c.ns, c.id) not in kept]
     start = len(pipe)
     for c in todo:
         pipe.queue("HMGET", ctx.keys.note(c.ns, c.id), *names)
 
     def decoder(replies: list[Any]) -> list[Cand]:
         for c, raw in zip(todo, replies[start : start + len(todo)], strict=True):
-            kept[c.id] = decode_fields(names, raw)
-            rows[c.ns].put(tier, c.id, kept[c.id])
+            kept[c.ns, c.id] = decode_fields(names, raw)
+            rows[c.ns].put(tier, c.id, kept[c.ns, c.id])
         out = []
         for c in cands:
-            got = kept[c.id]
+            got = kept[c.ns, c.id]
             if got.get("status") == "active":
                 c.fields.update(got)
                 out.append(c)
@@ -180,8 +180,8 @@ def queue_hit_fields(
     query from the stored vector when it comes from the current embedder."""
     cands = list(cands)
     bare = [c for c in cands if "content" not in c.fields]
-    kept = {c.id: got for c in bare if (got := rows[c.ns].get(HIT, c.id)) is not None}
-    todo = [c for c in bare if c.id not in kept]
+    kept = {(c.ns, c.id): got for c in bare if (got := rows[c.ns].get(HIT, c.id)) is not None}
+    todo = [c for c in bare if (c.ns, c.id) not in kept]
     start = len(pipe)
     for c in todo:
         pipe.queue("HMGET", ctx.keys.note(c.ns, c.id), *HIT_FIELDS)
@@ -191,10 +191,10 @@ def queue_hit_fields(
         for c, raw in zip(todo, replies[start : start + len(todo)], strict=True):
             got = decode_fields(list(HIT_FIELDS[:-1]), raw[:-1])
             vec = raw[-1] if got.get("embedder") == embedder else None
-            kept[c.id] = (got, None if vec is None else vectors.decode(vec))
-            rows[c.ns].put(HIT, c.id, kept[c.id])
+            kept[c.ns, c.id] = (got, None if vec is None else vectors.decode(vec))
+            rows[c.ns].put(HIT, c.id, kept[c.ns, c.id])
         for c in bare:
-            got, c.vec = kept[c.id]
+            got, c.vec = kept[c.ns, c.id]
             c.fields.update(got)
             if c.vec is not None:
                 c.similarity = float(c.vec @ qvec[0])
