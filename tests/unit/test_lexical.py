@@ -116,32 +116,6 @@ def test_weighted_search_matches_bm25_summed_note_by_note():
         assert all(math.isclose(total, expected[seq]) for seq, total in got)
 
 
-def test_notes_added_after_a_search_score_as_in_an_index_built_without_one():
-    """The posting arrays a search built are appended to (or rebuilt) as notes come and go:
-    the scores stay exactly those of an index that never searched until the end."""
-    import random
-
-    rng = random.Random(7)
-    vocab = [f"w{i}" for i in range(40)]
-    docs = [rng.choices(vocab[: rng.randint(3, 40)], k=rng.randint(1, 12)) for _ in range(300)]
-    live, fresh = LexicalIndex(), LexicalIndex()
-    queries = [{t: rng.choice((1.0, 0.3)) for t in rng.sample(vocab, 5)} for _ in range(10)]
-    for seq, terms in enumerate(docs):
-        live.add(seq, terms)
-        if seq % 37 == 0:
-            live.search_weighted(queries[seq % len(queries)], 10)  # builds, then appends
-        if seq % 53 == 52:
-            live.remove(seq - 7)
-            live.add(seq - 3, docs[seq - 30])  # replaced: its terms' arrays are rebuilt
-    for seq, terms in enumerate(docs):
-        fresh.add(seq, terms)
-        if seq % 53 == 52:
-            fresh.remove(seq - 7)
-            fresh.add(seq - 3, docs[seq - 30])
-    for query in queries:
-        assert live.search_weighted(query, 20) == fresh.search_weighted(query, 20)
-
-
 def test_complete_meets_abbreviations_and_words_they_abbreviate():
     index = LexicalIndex()
     index.add(1, analyze("key-pair auth with Azure AD"))
