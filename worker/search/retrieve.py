@@ -190,16 +190,12 @@ def _first_stage(
         p.ns: p.rows.observe(version, _count(touches))
         for p, (version, touches) in zip(projs, counters, strict=True)
     }
-    held = {ns: kept for ns, (kept, _) in seen.items()}
-    rows = {
-        ns: Pinned(None) if waited else _pinned(ctx, proj, seen[ns][1])
-        for ns, proj in zip(job.namespaces, projs, strict=True)
-    }
+    rows = {p.ns: Pinned(None) if waited else _pinned(ctx, p, seen[p.ns][1]) for p in projs}
     pools: dict[str, dict[str, Cand]] = {}
     later = BulkPipeline(ctx.redis)
     for p, raw in zip(projs, replies[start : start + len(projs)], strict=True):
         entries = [(eid, fields(flat)) for eid, flat in raw]
-        p.settled = not waited and not entries and held[p.ns]
+        p.settled = not waited and not entries and seen[p.ns][0]
         if p.settled and p.ns in fetches:
             pools[p.ns] = fetches[p.ns](replies)
             continue
