@@ -16,9 +16,11 @@ from producer.core import ClientCore
 from producer.protocol import Hit
 from tests.conftest import drain_all
 from worker.context import WorkerContext
+from worker.index.rows import Pinned
 from worker.organise.importance import importance_namespace
 from worker.runtime.servers import answer
 from worker.search import retrieve
+from worker.search.candidates import Cand, load_hit_fields
 from worker.store.bulk import BulkPipeline
 
 DAY = 86_400.0
@@ -203,3 +205,18 @@ def test_one_id_in_two_namespaces_keeps_two_rows(ctx, client):
             ("m1", nid): "The solar panel dashboard is green.",
             ("m2", nid): "The solar panel dashboard is red.",
         }
+
+
+def test_hit_fields_kept_for_a_note_fill_it_in_without_a_read(ctx, client):
+    client.store_many(NOTES, namespace="h")
+    drain_all(ctx)
+    core = ClientCore(ctx.settings)
+    hit = answers(ctx, core, "h")[0][0]
+    proj = ctx.projection("h")
+    cand = Cand(hit.id, "h", 0, {})
+    rows = {"h": Pinned(proj.rows, proj.rows.current())}
+    with trips() as sent:
+        load_hit_fields(ctx, rows, [cand], ctx.embedder.embed(["x"]), ctx.embedder.name)
+    assert cand.fields["content"] == hit.content and cand.vec is not None
+    assert cand.links == hit.links
+    assert sent == []  # its hit fields and links were both kept

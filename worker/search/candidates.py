@@ -214,8 +214,7 @@ def load_hit_fields(
     none do)."""
     pipe = BulkPipeline(ctx.redis)
     decoder = queue_hit_fields(pipe, ctx, rows, cands, qvec, embedder)
-    if len(pipe):
-        decoder(pipe.execute())
+    decoder(pipe.execute() if len(pipe) else [])  # kept rows are filled in by the decoder too
 
 
 def passes(c: Cand, filters: dict[str, Any]) -> bool:
