@@ -354,10 +354,16 @@ def measure_search(mem: MemoryClient, queries: list[str], fresh: bool) -> tuple[
 
 
 def run_worker_phases(
-    mem: MemoryClient, n: int, searches: int, corpus: Corpus, result: Result, workdir: Path
+    mem: MemoryClient,
+    n: int,
+    searches: int,
+    corpus: Corpus,
+    result: Result,
+    workdir: Path,
+    extra_env: dict[str, str],
 ) -> None:
     s = mem.settings
-    env = worker_env(s.redis_url, s.key_prefix, str(workdir / "index"))
+    env = {**worker_env(s.redis_url, s.key_prefix, str(workdir / "index")), **extra_env}
     # Each mode draws queries of its own, so the second is not timed on caches the first warmed.
     queries = {
         fresh: [corpus.query() for _ in range(WARMUP_SEARCHES + searches)]
@@ -399,7 +405,7 @@ def run_worker_phases(
             log.info("worker log tail:\n%s", tail)
 
 
-def bench_size(redis_url: str, n: int, searches: int) -> Result:
+def bench_size(redis_url: str, n: int, searches: int, extra_env: dict[str, str]) -> Result:
     result = Result(n, load=[loadavg()])
     corpus = Corpus(seed=n)
     prefix = f"zqb{os.getpid()}x{n}"
@@ -413,7 +419,7 @@ def bench_size(redis_url: str, n: int, searches: int) -> Result:
         log.info("notes: mean %.0f bytes", sum(len(t.encode()) for t in notes) / n)
         result.store_many_per_s = queue_notes(mem, notes)
         log.info("store_many: %.0f notes/s", result.store_many_per_s)
-        run_worker_phases(mem, n, searches, corpus, result, Path(tmp))
+        run_worker_phases(mem, n, searches, corpus, result, Path(tmp), extra_env)
     result.load.append(loadavg())
     return result
 
@@ -550,7 +556,12 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     p.add_argument("--redis-url", default="redis://127.0.0.1:6379/12", help="flushed DB")
     p.add_argument("--searches", type=int, default=1000, help="timed searches per mode")
     p.add_argument("--output", type=Path, help="also write the markdown here")
+    p.add_argument("--env", action="append", default=[], help="ZQ_NAME=VALUE for the worker")
     args = p.parse_args(argv)
+    pairs = [item.partition("=") for item in args.env]
+    if any(not name.startswith("ZQ_") or not sep for name, sep, _ in pairs):
+        p.error("--env takes ZQ_NAME=VALUE")
+    args.env = {name: value for name, _, value in pairs}
     args.sizes = [int(s.replace("_", "")) for s in args.sizes.split(",") if s.strip()]
     if not args.sizes or min(args.sizes) < 1 or args.searches < 1:
         p.error("sizes and --searches must be positive")
@@ -566,16 +577,17 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = parse_args(argv)
     started = time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())
     version = code_version()
-    log.info("code %s", version)
+    log.info("code %s; worker environment beyond the bench's own: %s", version, args.env or "none")
     results = []
     for n in args.sizes:
         flush(args.redis_url)
         try:
-            results.append(bench_size(args.redis_url, n, args.searches))
+            results.append(bench_size(args.redis_url, n, args.searches, args.env))
         finally:
             flush(args.redis_url)
     markdown = (
-        f"Run started {started}; code {version}.\n\n"
+        f"Run started {started}; code {version}; worker environment beyond the bench's own: "
+        f"{' '.join(f'{k}={v}' for k, v in args.env.items()) or 'none'}.\n\n"
         + "\n".join(table(r) for r in results)
         + "\n"
         + "\n".join(line for r in results for line in summary(r))

@@ -7,8 +7,9 @@ of this script's own, which then serves searches with the real search server
 and the reinforcement, one pipeline) and both together from taking the job (``took``). This
 process is the client: ``--warmup`` searches, then ``--searches`` timed ones, each of new
 queries (so the rows a server keeps are warm only where queries share notes), then the same
-timed queries again. A private Redis is flushed before and after (its DB is given by
-``--redis-url``; DB 0 is refused).
+timed queries again. The server also counts its garbage collections and their time by
+generation. A private Redis is flushed before and after (its DB is given by ``--redis-url``;
+DB 0 is refused).
 
     PYTHONPATH=. .venv/bin/python bench/search_split.py --notes 1000 --redis-url redis://127.0.0.1:6391/4
 """
@@ -16,6 +17,7 @@ timed queries again. A private Redis is flushed before and after (its DB is give
 from __future__ import annotations
 
 import argparse
+import gc
 import logging
 import signal
 import subprocess
@@ -47,6 +49,22 @@ def p50_ms(samples: list[float]) -> float:
 def p99_ms(samples: list[float]) -> float:
     ordered = sorted(samples)
     return ordered[min(len(ordered) - 1, int(0.99 * len(ordered)))] * 1000 if ordered else 0.0
+
+
+class GcTimer:
+    """A ``gc.callbacks`` entry: collections and their seconds by generation."""
+
+    def __init__(self) -> None:
+        self.runs = [0, 0, 0]
+        self.seconds = [0.0, 0.0, 0.0]
+        self._started = 0.0
+
+    def __call__(self, phase: str, info: dict[str, int]) -> None:
+        if phase == "start":
+            self._started = time.perf_counter()
+        else:
+            self.runs[info["generation"]] += 1
+            self.seconds[info["generation"]] += time.perf_counter() - self._started
 
 
 def serve(notes: int, url: str, prefix: str) -> None:
@@ -88,6 +106,8 @@ def serve(notes: int, url: str, prefix: str) -> None:
     if hasattr(servers, "answer"):  # trees before 2026-12-07 reply inside serve_once
         setattr(servers, "answer", timed("answer", servers.answer))  # noqa: B010
     server = servers.SearchServer(ctx).start()
+    collections = GcTimer()
+    gc.callbacks.append(collections)
     stop = threading.Event()
     signal.signal(signal.SIGTERM, lambda *_: stop.set())
     print("ready", flush=True)
@@ -96,6 +116,8 @@ def serve(notes: int, url: str, prefix: str) -> None:
     took = [seconds for _, seconds in server.latencies._seen]
     for name, samples in {**times, "took": took}.items():
         print(f"{name} {p50_ms(samples):.3f}", flush=True)
+    for gen, (runs, seconds) in enumerate(zip(collections.runs, collections.seconds, strict=True)):
+        print(f"gc{gen} {runs}/{seconds * 1000:.0f}", flush=True)
     ctx.close()
 
 
@@ -144,7 +166,8 @@ def client(args: argparse.Namespace) -> None:
         f"notes={args.notes} raw LPUSH p50 {p50_ms(raw):.3f} ms | client p50/p99 "
         f"{p50_ms(rounds[0]):.3f}/{p99_ms(rounds[0]):.3f} ms, again {p50_ms(rounds[1]):.3f}/"
         f"{p99_ms(rounds[1]):.3f} ms | server p50 (both rounds): handle {server['handle']} ms, "
-        f"answer {server.get('answer', '-')} ms, took {server['took']} ms"
+        f"answer {server.get('answer', '-')} ms, took {server['took']} ms | garbage "
+        f"collections/ms by generation: {server['gc0']}, {server['gc1']}, {server['gc2']}"
     )
 
 

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from worker.index.rows import MAX_ROWS, Pinned, RowCache
+from worker.index.rows import CHECK_ROWS, MAX_ROWS, MIN_USES, PAUSE_ROWS, Pinned, RowCache
 
 
 def test_rows_hold_while_the_version_and_count_do():
@@ -49,3 +49,76 @@ def test_a_full_tier_drops_its_oldest_rows():
     assert pinned.get("rank", "n0") is None
     assert pinned.get("rank", f"n{MAX_ROWS // 10}") == MAX_ROWS // 10
     assert pinned.get("rank", f"n{MAX_ROWS}") == MAX_ROWS
+
+
+def _put_many(pinned: Pinned, start: int, count: int) -> None:
+    for i in range(start, start + count):
+        pinned.put("rank", f"n{i}", i)
+
+
+def test_rows_that_are_dropped_unused_pause_the_keeping():
+    cache = RowCache()
+    _, tag = cache.observe(None, 0)
+    pinned = Pinned(cache, tag)
+    first_look_after_full = -(-(MAX_ROWS + 1) // CHECK_ROWS) * CHECK_ROWS
+    _put_many(pinned, 0, first_look_after_full)  # a full tier dropped rows nobody used
+    assert pinned.get("rank", f"n{first_look_after_full - 1}") is None  # the look dropped all
+    _put_many(pinned, 0, PAUSE_ROWS)
+    assert all(pinned.get("rank", f"n{i}") is None for i in range(0, PAUSE_ROWS, 97))
+    pinned.put("rank", "after", 1)  # the pause is over
+    assert pinned.get("rank", "after") == 1
+
+
+def test_rows_that_are_used_keep_being_kept_when_a_tier_is_full():
+    cache = RowCache()
+    _, tag = cache.observe(None, 0)
+    pinned = Pinned(cache, tag)
+    for i in range(MAX_ROWS + 2 * CHECK_ROWS):
+        pinned.put("rank", f"n{i}", i)
+        if i % (MIN_USES // 2) == 0:
+            assert pinned.get("rank", f"n{i}") == i  # twice the share of rows that must be
+    assert pinned.get("rank", f"n{MAX_ROWS + 2 * CHECK_ROWS - 1}") is not None
+
+
+def test_a_cache_warming_up_is_not_paused_however_few_rows_are_used_yet():
+    cache = RowCache()
+    _, tag = cache.observe(None, 0)
+    pinned = Pinned(cache, tag)
+    _put_many(pinned, 0, 2 * CHECK_ROWS)  # nothing used, but nothing dropped either
+    assert pinned.get("rank", "n0") == 0
+    pinned.put("rank", "next", 1)
+    assert pinned.get("rank", "next") == 1
+
+
+def test_rows_dropped_by_new_versions_before_use_pause_the_keeping():
+    cache = RowCache()
+    for version in range(CHECK_ROWS // 100 + 1):  # a write between every two searches
+        _, tag = cache.observe(version, 0)
+        _put_many(Pinned(cache, tag), 0, 100)
+    _, tag = cache.observe("quiet", 0)
+    Pinned(cache, tag).put("rank", "a", 1)
+    assert Pinned(cache, tag).get("rank", "a") is None
+
+
+def test_the_first_look_after_a_pause_pauses_again_without_waiting_for_a_full_tier():
+    cache = RowCache()
+    _, tag = cache.observe(None, 0)
+    pinned = Pinned(cache, tag)
+    first_look_after_full = -(-(MAX_ROWS + 1) // CHECK_ROWS) * CHECK_ROWS
+    _put_many(pinned, 0, first_look_after_full + PAUSE_ROWS)  # a look paused; the pause ran out
+    _put_many(pinned, 0, CHECK_ROWS)  # unused again, and no tier full: paused again
+    pinned.put("rank", "paused", 1)
+    assert pinned.get("rank", "paused") is None
+
+
+def test_rows_used_after_a_pause_are_kept_on():
+    cache = RowCache()
+    _, tag = cache.observe(None, 0)
+    pinned = Pinned(cache, tag)
+    first_look_after_full = -(-(MAX_ROWS + 1) // CHECK_ROWS) * CHECK_ROWS
+    _put_many(pinned, 0, first_look_after_full + PAUSE_ROWS)
+    for i in range(CHECK_ROWS):  # the same few notes again and again: every row is used
+        if pinned.get("rank", f"r{i % 100}") is None:
+            pinned.put("rank", f"r{i % 100}", i)
+        pinned.put("rank", f"x{i}", i)
+    assert pinned.get("rank", "r1") is not None

@@ -17,6 +17,15 @@ current as a read of Redis in its first round trip.
 
 Rows carry the epoch they were read in: a search still running when the rows are dropped puts
 its rows under the old epoch, where no later search looks.
+
+Keeping a row costs more than reading it (memory, and every search after it runs slower), so a
+cache whose rows are thrown away before they are used stops keeping them for a while: every
+``CHECK_ROWS`` rows put, if rows were dropped since the last look (a full tier, or a new
+version) and fewer than one row in ``MIN_USES`` put was used, the rows are dropped and the next
+``PAUSE_ROWS`` rows read are not kept. That is a namespace searched for ever new notes, too
+large for the rows kept, or written to between most of its searches. The first look after a
+pause needs no dropped rows to pause again: the tiers start empty then, and would take more
+than a look to fill.
 """
 
 from __future__ import annotations
@@ -28,6 +37,9 @@ from itertools import islice
 from typing import Any
 
 MAX_ROWS = 10_000  #: rows kept per tier and namespace; past it the oldest tenth are dropped
+CHECK_ROWS = 4_096  #: rows put between two looks at whether keeping them pays
+MIN_USES = 4  #: keeping pays while at least one row in this many put is used
+PAUSE_ROWS = 8 * CHECK_ROWS  #: rows read and not kept after a look found that keeping did not pay
 Tag = tuple[object, int]  #: (version read, epoch) that rows are kept under
 
 
@@ -40,6 +52,11 @@ class RowCache:
         self._touches = -1  #: the highest reinforcement count known (-1: none read yet)
         self._epoch = 0
         self._tiers: dict[str, dict[str, tuple[Tag, Any]]] = {}
+        self._puts = 0  #: rows put since the last look (counts shared by threads: approximate)
+        self._uses = 0  #: rows used since the last look
+        self._wasted = False  #: whether rows were dropped since the last look
+        self._paused = 0  #: rows still to read without keeping them
+        self._resumed = False  #: whether the last look paused (the next needs no drop to)
 
     def current(self) -> Tag:
         """The tag the rows kept now are under."""
@@ -74,20 +91,41 @@ class RowCache:
 
     def _drop(self) -> None:
         self._epoch += 1
+        self._wasted = self._wasted or any(self._tiers.values())
         self._tiers = {}
 
     def get(self, tier: str, nid: str, tag: Tag) -> Any:
         """The row of ``nid`` in ``tier`` kept under ``tag``, else None."""
         row = self._tiers.get(tier, {}).get(nid)
-        return row[1] if row is not None and row[0] == tag else None
+        if row is None or row[0] != tag:
+            return None
+        self._uses += 1
+        return row[1]
 
     def put(self, tier: str, nid: str, tag: Tag, value: Any) -> None:
+        if self._paused:
+            self._paused -= 1
+            return
         rows = self._tiers.setdefault(tier, {})
         if len(rows) >= MAX_ROWS:
             with self._lock:  # one thread drops; a row another puts meanwhile stays
                 for old in list(islice(rows, MAX_ROWS // 10)):
                     rows.pop(old, None)
+                self._wasted = True
         rows[nid] = (tag, value)
+        self._puts += 1
+        if self._puts >= CHECK_ROWS:
+            self._look()
+
+    def _look(self) -> None:
+        with self._lock:
+            resumed, self._resumed = self._resumed, False
+            if (self._wasted or resumed) and self._uses * MIN_USES < self._puts:
+                self._drop()
+                self._paused = PAUSE_ROWS
+                self._resumed = True
+            self._puts = self._uses = 0
+            self._wasted = False
 
 
 @dataclass(frozen=True)
