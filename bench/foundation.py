@@ -134,6 +134,8 @@ class Result:
     rss_search_mib: float = 0.0
     search: dict[bool, Latency] = field(default_factory=dict)
     repeat: Latency | None = None  #: fresh=True, the timed queries a second time
+    #: worker tree CPU ms per search (warm-up included) by phase: fresh=True, False, again
+    search_cpu_ms: dict[str, float] = field(default_factory=dict)
     hits: dict[bool, tuple[float, int]] = field(default_factory=dict)  #: mean, how many < K
     load: list[str] = field(default_factory=list)  #: 1-minute load average, start and end
 
@@ -204,6 +206,18 @@ def process_tree(root: int) -> list[int]:
         tree.append(pid)
         todo += children.get(pid, [])
     return tree
+
+
+def tree_cpu_s(root: int) -> float:
+    """User + system CPU seconds of ``root`` and its live descendants, from /proc."""
+    total = 0
+    for pid in process_tree(root):
+        try:
+            stat = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+        except OSError:
+            continue  # the process ended between the scan and the read
+        total += int(stat[11]) + int(stat[12])
+    return total / os.sysconf("SC_CLK_TCK")
 
 
 def rss_kib(pid: int) -> int:
@@ -386,7 +400,9 @@ def run_worker_phases(
         if result.ingested < n:
             return
         for fresh in (True, False):
+            cpu = tree_cpu_s(proc.pid)
             result.search[fresh], counts = measure_search(mem, queries[fresh], fresh)
+            result.search_cpu_ms[str(fresh)] = cpu_ms_per(proc.pid, cpu, len(queries[fresh]))
             result.hits[fresh] = (sum(counts) / len(counts), sum(c < K for c in counts))
             log.info(
                 "search fresh=%s: p50 %.2fms p99 %.2fms",
@@ -394,7 +410,9 @@ def run_worker_phases(
                 result.search[fresh].p50_us / 1000,
                 result.search[fresh].p99_us / 1000,
             )
+        cpu = tree_cpu_s(proc.pid)
         result.repeat, _ = measure_search(mem, queries[True], True)
+        result.search_cpu_ms["again"] = cpu_ms_per(proc.pid, cpu, len(queries[True]))
         log.info("search fresh=True again: p50 %.2fms", result.repeat.p50_us / 1000)
         result.rss_search_mib = sampler.take()
     finally:
@@ -403,6 +421,11 @@ def run_worker_phases(
         tail = (workdir / "worker.log").read_text(errors="replace")[-2000:]
         if tail.strip():
             log.info("worker log tail:\n%s", tail)
+
+
+def cpu_ms_per(pid: int, since_s: float, count: int) -> float:
+    """The worker tree's CPU milliseconds per search since ``since_s`` of its CPU seconds."""
+    return (tree_cpu_s(pid) - since_s) * 1000 / count
 
 
 def bench_size(redis_url: str, n: int, searches: int, extra_env: dict[str, str]) -> Result:
@@ -465,6 +488,10 @@ def table(r: Result) -> str:
         ("`search()` fresh=False, p50 / p99", fmt_ms(r.search.get(False))),
         ("`search()` fresh=True, the same queries again, p50 / p99", fmt_ms(r.repeat)),
         (f"hits per timed search (k={K}), fresh=True / False", fmt_hits(r)),
+        (
+            "worker tree CPU per search, fresh=True / False / again (warm-up included)",
+            " / ".join(f"{ms:.2f} ms" for ms in r.search_cpu_ms.values()) or "not measured",
+        ),
         (
             "worker tree peak RSS, ingest / search",
             f"{r.rss_ingest_mib:.0f} / {r.rss_search_mib:.0f} MiB",
