@@ -92,7 +92,9 @@ def batch_candidates(
     n = len(ids)
     if n < 2 or k == 0:
         return [[] for _ in ids]
-    sims = vecs @ vecs.T
+    norms = np.linalg.norm(vecs, axis=1, keepdims=True)
+    unit = vecs / np.where(norms > 0, norms, 1)  # cosines, as the index has them
+    sims = unit @ unit.T
     sims[np.triu_indices(n)] = -np.inf  # a note's candidates come before it
     width = min(k, n - 1)
     top = np.argpartition(-sims, width - 1, axis=1)[:, :width]
