@@ -217,12 +217,11 @@ def _fields(ctx: WorkerContext, entry_id: str, job: RestoreJob, seq: int) -> dic
 
 
 def _write_tombstone(pipe: Pipeline, ctx: WorkerContext, ns: str, w: notes.NoteWrite) -> None:
-    """A merged (or otherwise tombstoned) note: its hash, seq and place in the tombstone set,
-    outside the index."""
+    """A merged (or otherwise tombstoned) note: its hash (with its seq) and place in the
+    tombstone set, outside the index."""
     keys = ctx.keys
     args = [x for pair in notes.encode_note(w.fields).items() for x in pair]
     pipe.execute_command("HSET", keys.note(ns, w.id), *args)
-    pipe.execute_command("HSET", keys.seqs(ns), w.seq, w.id)
     pipe.execute_command("ZADD", keys.tombstoned(ns), w.fields.get("updated_at") or 0.0, w.id)
 
 

@@ -158,7 +158,7 @@ def changed(pipe: Pipeline, keys: Keys, ns: str) -> None:
 
 def write_notes(pipe: Pipeline, keys: Keys, ns: str, writes: Sequence[NoteWrite], cap: int) -> None:
     """The note hashes (without the TOMBSTONE_FIELDS of an earlier life, nor DEFAULT_FIELDS at
-    their default), the active set, the seq map and one change-log entry for all of them."""
+    their default), the active set and one change-log entry for all of them."""
     for note in writes:
         encoded = encode_note(note.fields)
         args = [x for pair in encoded.items() for x in pair]
@@ -168,7 +168,6 @@ def write_notes(pipe: Pipeline, keys: Keys, ns: str, writes: Sequence[NoteWrite]
             pipe.execute_command("HDEL", keys.note(ns, note.id), *TOMBSTONE_FIELDS, *left_out)
     pipe.execute_command("ZADD", keys.active(ns), *[x for n in writes for x in (n.seq, n.id)])
     pipe.execute_command("ZREM", keys.tombstoned(ns), *[n.id for n in writes])
-    pipe.execute_command("HSET", keys.seqs(ns), *[x for n in writes for x in (n.seq, n.id)])
     log_change(pipe, keys, ns, "add", [(n.seq, n.id) for n in writes], cap)
 
 
