@@ -190,7 +190,7 @@ def test_two_workers_produce_the_graph_one_would_and_lose_no_update(tmp_path, ow
                 assert weight == pytest.approx(cosine[a, b], abs=2e-4)
                 assert weight >= settings.link_threshold - 2e-4
         counts = {
-            nid: int(ctx.redis.hget(ctx.keys.note(RACE, nid), "access_count")) for nid in graph
+            nid: int(ctx.redis.hget(ctx.keys.note(RACE, nid), "access_count") or 0) for nid in graph
         }
         assert counts == {nid: hits.get(nid, 0) for nid in graph}, "lost access-count updates"
         for p in range(PRODUCERS):

@@ -77,7 +77,7 @@ def test_a_note_leaves_out_fields_at_their_default_and_an_update_to_them_deletes
 
 def test_a_note_hash_that_holds_its_defaults_reads_as_one_that_leaves_them_out() -> None:
     written = notes.encode_fields(
-        {"id": "n1", "namespace": "d", "content": "c", "agent": None, "event_time": None}
+        {"id": "n1", "namespace": "d", "content": "c", "seq": 3, "agent": None, "event_time": None}
         | {"metadata": {}, "status": "active"}
     )
     old = {k.encode(): v if isinstance(v, bytes) else str(v).encode() for k, v in written.items()}
@@ -85,5 +85,6 @@ def test_a_note_hash_that_holds_its_defaults_reads_as_one_that_leaves_them_out()
     assert len(new) == len(old) - 3
     assert notes.unpack_fields(old) == notes.unpack_fields(new)
     assert note_from_hash(old) == note_from_hash(new)
-    erased = {b"id": b"n1", b"status": b"tombstoned"}  # content erased: nothing filled in
-    assert "agent" not in notes.unpack_fields(erased)
+    erased = {b"id": b"n1", b"seq": b"3", b"status": b"tombstoned"}  # content erased
+    assert notes.left_out(erased) == {"access_count": 0, "last_access": 0.0}
+    assert notes.left_out({b"id": b"n2", b"status": b"tombstoned"}) == {}  # a delete's fence

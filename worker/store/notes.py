@@ -26,9 +26,17 @@ Fields = dict[bytes, bytes]  #: a note hash as HGETALL returns it
 #: stored again is a note of its own, and deleting it later leaves no pointer to the survivor.
 TOMBSTONE_FIELDS = ("merged_into",)
 #: Fields a note hash leaves out while they hold these values, the Note model's defaults (about
-#: 40 bytes less for a note without an agent, an event time or metadata); unpack_fields and
-#: producer.protocol.note_from_hash fill them back in. Hashes that hold them read the same.
-DEFAULT_FIELDS: dict[str, Any] = {"agent": None, "event_time": None, "metadata": {}}
+#: 70 bytes less for a note without an agent, an event time or metadata, never retrieved yet);
+#: left_out and producer.protocol.note_from_hash fill them back in, and every other reader reads
+#: a missing one as its default. Hashes that hold them read the same.
+DEFAULT_FIELDS: dict[str, Any] = {
+    "agent": None,
+    "event_time": None,
+    "metadata": {},
+    "access_count": 0,
+    "last_access": 0.0,
+}
+COUNTERS = ("access_count", "last_access")  #: the DEFAULT_FIELDS that erasing a note keeps
 
 
 class Link(NamedTuple):
@@ -253,16 +261,28 @@ def public_view(fields: Mapping[str, Any]) -> dict[str, Any]:
 
 def unpack_fields(raw: Fields) -> dict[str, Any]:
     """A note hash with its values decoded (vector and bookkeeping left out), and the
-    DEFAULT_FIELDS it leaves out filled in (unless its content was erased)."""
+    DEFAULT_FIELDS it leaves out filled in (``left_out``)."""
     out: dict[str, Any] = {}
     for k, value in raw.items():
         key = k.decode()
         if key not in ("vec", "src"):
             out[key] = decode_field(key, value)
-    if "content" in out:
-        for key, default in DEFAULT_FIELDS.items():
-            out.setdefault(key, copy.copy(default))
+    for key, default in left_out(raw).items():
+        out[key] = default if key in PACKED_FIELDS else str(default)
     return out
+
+
+def left_out(raw: Fields) -> dict[str, Any]:
+    """The DEFAULT_FIELDS a note hash leaves out, at their defaults: none for a delete's fence,
+    only COUNTERS for a note whose content was erased (worker/store/tombstone.py)."""
+    if b"seq" not in raw:
+        return {}
+    whole = b"content" in raw
+    return {
+        key: copy.copy(default)
+        for key, default in DEFAULT_FIELDS.items()
+        if key.encode() not in raw and (whole or key in COUNTERS)
+    }
 
 
 def tail_among(r: Redis, keys: Keys, ns: str, ids: Iterable[str]) -> bool:
