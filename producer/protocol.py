@@ -405,11 +405,8 @@ def _short_reason(weight: float, reason: Any, label: bytes) -> Any:
         return reason
     if reason == (label.decode() or DEFAULT_LABEL):
         return True
-    if reason.startswith("cosine "):
-        cosine = COSINE_REASON.format(weight)
-        if reason.startswith(cosine):
-            return [reason[len(cosine) :]]
-    return reason
+    cosine = COSINE_REASON.format(weight)
+    return [reason[len(cosine) :]] if reason.startswith(cosine) else reason
 
 
 def _full_reason(weight: float, stored: Any, label: str) -> Any:

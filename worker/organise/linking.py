@@ -96,8 +96,8 @@ def batch_candidates(
     if n < 2 or k == 0:
         return [[] for _ in ids]
     norms = np.linalg.norm(vecs, axis=1, keepdims=True)
-    if not np.allclose(norms, 1.0, rtol=0.0, atol=UNIT_TOLERANCE):
-        vecs = vecs / np.where(norms > 0, norms, 1)  # cosines, as the index has them
+    if not np.allclose(norms, 1.0, rtol=0.0, atol=UNIT_TOLERANCE):  # cosines, as the index has
+        vecs = (vecs / np.where(norms > 0, norms, 1)).astype(np.float32)
     sims = vecs @ vecs.T
     sims[np.triu_indices(n)] = -np.inf  # a note's candidates come before it
     width = min(k, n - 1)
