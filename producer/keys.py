@@ -50,7 +50,6 @@ P:{ns}:links:<id>              hash    neighbour id -> packed link (producer.pro
                                        weight, relation label, then msgpack {reason, source,
                                        at}; one hash per end (the ends' metadata can differ)
 P:{ns}:active                  zset    active note id -> seq (the FAISS int64 id)
-P:{ns}:seqs                    hash    seq -> note id (active and tombstoned)
 P:{ns}:seq                     string  last seq handed out (INCR)
 P:{ns}:tombstoned              zset    tombstoned note id -> time of tombstoning
 P:{ns}:changes                 stream  change log the projections replay: {op: add|remove, seq}
@@ -217,9 +216,6 @@ class Keys:
 
     def active(self, ns: str) -> str:
         return f"{self.prefix}:{{{ns}}}:active"
-
-    def seqs(self, ns: str) -> str:
-        return f"{self.prefix}:{{{ns}}}:seqs"
 
     def seq(self, ns: str) -> str:
         return f"{self.prefix}:{{{ns}}}:seq"

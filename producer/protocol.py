@@ -334,8 +334,11 @@ def validate(model: type[M], obj: Any) -> M:
 #: default, DEFAULT_LABEL), then the msgpack array of the rest of its metadata: the values of
 #: LINK_META in that order (nil when absent, trailing nils left out; a source in LINK_SOURCES as
 #: its index), then a map of any other keys. The weight and the label, which every search reads,
-#: come out without unpacking anything. Links written before this layout hold one msgpack map of
-#: the metadata instead, and read the same.
+#: come out without unpacking anything. A reason that repeats what the link holds already is kept
+#: short: ``true`` when it is the label (a sequence link's "sequence"), ``[rest]`` when it is
+#: COSINE_REASON of the weight followed by ``rest`` (a similarity link's "cosine 0.28; shared
+#: ..."). Links written before this layout hold one msgpack map of the metadata instead, and
+#: links written with every reason as text read the same too.
 LINK_HEAD = struct.Struct("<dB")
 MAX_LABEL_BYTES = 255
 DEFAULT_LABEL = "related"  #: the relation of a link that names none
@@ -354,12 +357,16 @@ LINK_SOURCES = (
     "supersession:revert",
 )
 _SOURCE_INDEX = {name: i for i, name in enumerate(LINK_SOURCES)}
+#: How the similarity rule's reasons begin: the cosine, which the weight of its link holds.
+COSINE_REASON = "cosine {:.2f}"
 
 
 def pack_link(weight: float, meta: Mapping[str, Any]) -> bytes:
     rest = dict(meta)
     label = _label_bytes(str(rest.pop("label", None) or ""))
     row: list[Any] = [rest.pop(name, None) for name in LINK_META]
+    if row[0] is not None:
+        row[0] = _short_reason(weight, row[0], label)
     row[1] = _SOURCE_INDEX.get(row[1], row[1]) if isinstance(row[1], str) else row[1]
     if rest:
         row.append(rest)
@@ -382,10 +389,33 @@ def link_packer(source: str, at: float) -> Callable[[float, str, str], bytes]:
         if text is None:
             text = labels[label] = _label_bytes(label)
         # a fixarray of the LINK_META values: reason, source, at
-        packed: bytes = head(weight, len(text)) + text + b"\x93" + packb(reason) + tail
+        short = packb(_short_reason(weight, reason, text))
+        packed: bytes = head(weight, len(text)) + text + b"\x93" + short + tail
         return packed
 
     return pack
+
+
+def _short_reason(weight: float, reason: Any, label: bytes) -> Any:
+    """What a link stores of its reason (see LINK_HEAD): ``True`` for its label (as read),
+    ``[rest]`` for COSINE_REASON of its weight then ``rest``, else the text itself."""
+    if not isinstance(reason, str):
+        if isinstance(reason, bool | list):
+            raise ValueError("a link reason is text")
+        return reason
+    if reason == (label.decode() or DEFAULT_LABEL):
+        return True
+    cosine = COSINE_REASON.format(weight)
+    return [reason[len(cosine) :]] if reason.startswith(cosine) else reason
+
+
+def _full_reason(weight: float, stored: Any, label: str) -> Any:
+    """The reason a link stored as ``stored`` gives (``_short_reason`` undone)."""
+    if stored is True:
+        return label
+    if isinstance(stored, list) and len(stored) == 1 and isinstance(stored[0], str):
+        return COSINE_REASON.format(weight) + stored[0]
+    return stored
 
 
 def _label_bytes(label: str) -> bytes:
@@ -414,13 +444,14 @@ def unpack_link(raw: bytes) -> tuple[float, dict[str, Any]]:
     weight, size = LINK_HEAD.unpack_from(raw)
     start = LINK_HEAD.size + size
     rest = msgpack.unpackb(raw[start:], raw=False) if len(raw) > start else {}
-    meta = _link_rest(rest)
+    label = raw[LINK_HEAD.size : start].decode() or DEFAULT_LABEL
+    meta = _link_rest(rest, weight, label)
     if size or meta:
-        meta = {"label": raw[LINK_HEAD.size : start].decode() or DEFAULT_LABEL, **meta}
+        meta = {"label": label, **meta}
     return float(weight), meta
 
 
-def _link_rest(rest: Any) -> dict[str, Any]:
+def _link_rest(rest: Any, weight: float, label: str) -> dict[str, Any]:
     """The metadata of a packed link's tail: a LINK_META row (then a map of other keys), or the
     map of everything that older links hold."""
     if isinstance(rest, dict):
@@ -429,6 +460,8 @@ def _link_rest(rest: Any) -> dict[str, Any]:
         return {}
     row = zip(LINK_META, rest[: len(LINK_META)], strict=False)  # a row may end early
     meta = {name: value for name, value in row if value is not None}
+    if "reason" in meta:
+        meta["reason"] = _full_reason(weight, meta["reason"], label)
     source = meta.get("source")
     if isinstance(source, int) and not isinstance(source, bool):
         meta["source"] = LINK_SOURCES[source] if 0 <= source < len(LINK_SOURCES) else str(source)

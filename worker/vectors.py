@@ -29,6 +29,15 @@ def encode(vec: npt.NDArray[np.float32], storage: Storage) -> bytes:
     return vec.astype("<f4", copy=False).tobytes()
 
 
+def as_stored(vec: npt.NDArray[np.float32], storage: Storage) -> npt.NDArray[np.float32]:
+    """``vec`` as ``decode(encode(vec, storage))`` gives it back: the vector a worker links and
+    indexes a new note by, so the worker that ingests a note holds the same one as every process
+    that reads it from Redis later."""
+    if storage == "float16":
+        return vec.astype("<f2").astype(np.float32)
+    return vec.astype(np.float32, copy=False)
+
+
 def decode(raw: bytes) -> npt.NDArray[np.float32]:
     """The float32 vector of stored bytes; ValueError when they are neither layout (the hash is
     read from Redis: untrusted)."""

@@ -25,6 +25,7 @@ from producer.keys import Keys
 from producer.protocol import link_weights
 from tests.conftest import drain_all, make_settings
 from tests.e2e.workers import running, wait_ready
+from worker import vectors
 from worker.context import WorkerContext
 from worker.organise.linking import STRONG_MARGIN
 from worker.settings import WorkerSettings
@@ -119,7 +120,8 @@ def _strong_pairs(
     raw = ctx.redis.pipeline(transaction=False)
     for nid in ids:
         raw.hget(ctx.keys.note(ns, nid), "vec")
-    vecs = np.vstack([np.frombuffer(v, dtype=np.float32) for v in raw.execute()])
+    vecs = np.vstack([vectors.decode(v) for v in raw.execute()])
+    vecs /= np.linalg.norm(vecs, axis=1, keepdims=True)  # as the index does
     sims = vecs @ vecs.T
     cosine = {(a, b): float(sims[i, j]) for i, a in enumerate(ids) for j, b in enumerate(ids)}
     strong = {(a, b) for (a, b), c in cosine.items() if a < b and c >= threshold + STRONG_MARGIN}
@@ -188,7 +190,7 @@ def test_two_workers_produce_the_graph_one_would_and_lose_no_update(tmp_path, ow
                 assert weight == pytest.approx(cosine[a, b], abs=2e-4)
                 assert weight >= settings.link_threshold - 2e-4
         counts = {
-            nid: int(ctx.redis.hget(ctx.keys.note(RACE, nid), "access_count")) for nid in graph
+            nid: int(ctx.redis.hget(ctx.keys.note(RACE, nid), "access_count") or 0) for nid in graph
         }
         assert counts == {nid: hits.get(nid, 0) for nid in graph}, "lost access-count updates"
         for p in range(PRODUCERS):

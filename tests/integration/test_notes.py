@@ -6,7 +6,8 @@ import pytest
 from redis import Redis
 
 from producer.keys import Keys
-from producer.protocol import link_meta, link_weight, pack_link, unpack_link
+from producer.protocol import link_meta, link_weight, note_from_hash, pack_link, unpack_link
+from tests.conftest import drain_all
 from worker.store import notes
 from worker.store.bulk import BulkTransaction, fields
 from worker.store.notes import Link
@@ -50,3 +51,40 @@ def test_read_links_returns_every_link_with_its_weight(redis_db: Redis, degree: 
     got = notes.read_links(redis_db, keys, "ns", ["a", "none"])
 
     assert got == {"a": links, "none": {}}
+
+
+def test_a_note_leaves_out_fields_at_their_default_and_an_update_to_them_deletes_them(
+    ctx, client
+) -> None:
+    plain = client.store("A plain note with no agent.", namespace="d")
+    told = client.store("A note told by Bob.", namespace="d", agent="bob", metadata={"k": 1})
+    drain_all(ctx)
+    raw = ctx.redis.hgetall(ctx.keys.note("d", plain))
+    assert not {b"agent", b"event_time", b"metadata"} & set(raw)
+    assert {b"agent", b"metadata"} <= set(ctx.redis.hgetall(ctx.keys.note("d", told)))
+    for nid in (plain, told):
+        client.store("Now nobody's note.", namespace="d", id=nid)
+    drain_all(ctx)
+
+    for nid in (plain, told):
+        raw = ctx.redis.hgetall(ctx.keys.note("d", nid))
+        assert not {b"agent", b"event_time", b"metadata"} & set(raw)
+        note = client.get(nid, namespace="d")
+        assert (note.agent, note.event_time, note.metadata, note.version) == (None, None, {}, 2)
+        unpacked = notes.unpack_fields(raw)
+        assert (unpacked["agent"], unpacked["event_time"], unpacked["metadata"]) == (None, None, {})
+
+
+def test_a_note_hash_that_holds_its_defaults_reads_as_one_that_leaves_them_out() -> None:
+    written = notes.encode_fields(
+        {"id": "n1", "namespace": "d", "content": "c", "seq": 3, "agent": None, "event_time": None}
+        | {"metadata": {}, "status": "active"}
+    )
+    old = {k.encode(): v if isinstance(v, bytes) else str(v).encode() for k, v in written.items()}
+    new = {k: v for k, v in old.items() if k not in (b"agent", b"event_time", b"metadata")}
+    assert len(new) == len(old) - 3
+    assert notes.unpack_fields(old) == notes.unpack_fields(new)
+    assert note_from_hash(old) == note_from_hash(new)
+    erased = {b"id": b"n1", b"seq": b"3", b"status": b"tombstoned"}  # content erased
+    assert notes.left_out(erased) == {"access_count": 0, "last_access": 0.0}
+    assert notes.left_out({b"id": b"n2", b"status": b"tombstoned"}) == {}  # a delete's fence

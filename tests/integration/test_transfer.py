@@ -185,7 +185,7 @@ def test_restores_queued_twice_before_a_worker_ran_write_each_note_once(settings
     assert first.imported == second.imported == 20  # nothing organised yet: both queued all
     drain_all(ctx)
     assert ctx.redis.zcard(ctx.keys.active("dst")) == 20
-    assert ctx.redis.hlen(ctx.keys.seqs("dst")) == 20
+    assert int(ctx.redis.get(ctx.keys.seq("dst"))) == 20  # one seq per note: none twice
     assert client.stats("dst").links == client.stats("src").links
     assert exported(ctx.redis, ctx.keys, "dst")[1] == exported(ctx.redis, ctx.keys, "src")[1]
 
@@ -207,7 +207,7 @@ def test_an_import_stopped_by_a_bad_line_resumes_without_duplicates(settings, ct
     assert (rerun.imported, rerun.skipped, rerun.failure) == (20, 20, None)
     drain_all(ctx)
     assert ctx.redis.zcard(ctx.keys.active("dst")) == 40
-    assert ctx.redis.hlen(ctx.keys.seqs("dst")) == 40
+    assert int(ctx.redis.get(ctx.keys.seq("dst"))) == 40
     assert exported(ctx.redis, ctx.keys, "dst")[1] == exported(ctx.redis, ctx.keys, "src")[1]
 
 
@@ -413,7 +413,7 @@ def test_an_import_killed_halfway_and_run_again_duplicates_nothing(settings, ctx
         "format": "zettelq",
     }
     drain_all(ctx)
-    assert ctx.redis.zcard(ctx.keys.active("dst")) == ctx.redis.hlen(ctx.keys.seqs("dst")) == 120
+    assert ctx.redis.zcard(ctx.keys.active("dst")) == int(ctx.redis.get(ctx.keys.seq("dst"))) == 120
     assert ctx.redis.xlen(ctx.keys.audit("dst")) == 120
     assert exported(ctx.redis, ctx.keys, "dst")[1] == exported(ctx.redis, ctx.keys, "src")[1]
 

@@ -12,7 +12,6 @@ NAMESPACE_KEYS: list[Callable[[Keys, str], str]] = [
     lambda k, ns: k.note(ns, "n1"),
     lambda k, ns: k.links(ns, "n1"),
     Keys.active,
-    Keys.seqs,
     Keys.seq,
     Keys.tombstoned,
     Keys.changes,

@@ -115,6 +115,15 @@ def test_batch_candidates_only_proposes_earlier_notes() -> None:
     assert out[1][0].keywords == frozenset({"k0"})
 
 
+def test_batch_candidates_score_cosines_of_rows_off_unit_length_as_the_index_does() -> None:
+    vecs = unit([1, 0], [0.6, 0.8]) * np.array([[1.0], [0.999]], dtype=np.float32)
+    kws = [frozenset(), frozenset()]
+
+    out = batch_candidates(["a", "b"], vecs, kws, k=10)
+
+    assert out[1][0].similarity == pytest.approx(0.6, abs=1e-6)
+
+
 def test_batch_candidates_ranks_by_cosine_and_keeps_k() -> None:
     vecs = unit([1, 0], [0, 1], [0.6, 0.8], [0.8, 0.6])
 

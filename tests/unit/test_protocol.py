@@ -10,6 +10,7 @@ from hypothesis import strategies as st
 
 from producer.errors import ProtocolError
 from producer.protocol import (
+    COSINE_REASON,
     LINK_HEAD,
     PROTOCOL_VERSION,
     DeleteJob,
@@ -369,8 +370,8 @@ def test_a_link_keeps_its_common_metadata_by_position_and_an_older_map_still_rea
     meta = {"reason": "cosine 0.28; shared kouckhou", "source": "rule:similarity", "at": 1.5}
     raw = pack_link(0.28, {**meta, "label": "related"})
     named = LINK_HEAD.pack(0.28, 7) + b"related" + msgpack.packb(meta)
-    # the default label, the three names and the source's text are not stored
-    assert len(named) - len(raw) == 7 + 17 + 15
+    # the default label, the three names, the source's text and the cosine are not stored
+    assert len(named) - len(raw) == 7 + 17 + 15 + len("cosine 0.28") - 1
     assert unpack_link(raw) == unpack_link(named) == (0.28, {**meta, "label": "related"})
     with_extra = pack_link(0.5, {"reason": "r", "why": "newer", "at": 2.0, "source": "llm:x"})
     assert unpack_link(with_extra) == (
@@ -384,6 +385,44 @@ def test_a_link_keeps_its_common_metadata_by_position_and_an_older_map_still_rea
     assert pack_link(0.5, {}) == LINK_HEAD.pack(0.5, 0) + msgpack.packb([])
     unknown = LINK_HEAD.pack(0.5, 0) + msgpack.packb([None, 99])  # from a newer version
     assert unpack_link(unknown)[1]["source"] == "99"
+
+
+@given(
+    weight=st.floats(allow_nan=False),
+    tail=st.text(max_size=80),
+    label=st.sampled_from(["related", "sequence", "", "über"]),
+)
+def test_a_reason_that_repeats_the_weight_or_the_label_is_kept_short_and_reads_whole(
+    weight: float, tail: str, label: str
+) -> None:
+    for reason in (COSINE_REASON.format(weight) + tail, label or "related"):
+        meta = {"reason": reason, "label": label or "related", "source": "rule:sequence", "at": NOW}
+        raw = pack_link(weight, meta)
+        assert len(raw) < len(pack_link(weight, {**meta, "reason": "x" + reason}))
+        assert unpack_link(raw) == (weight, meta)
+        assert pack_link(*unpack_link(raw)) == raw
+
+
+def test_reasons_written_in_full_by_the_previous_layout_read_the_same() -> None:
+    full = ["cosine 0.28; shared kouckhou", 0, 1.5]  # every reason as text
+    raw = LINK_HEAD.pack(0.28, 0) + msgpack.packb(full)
+    seq = LINK_HEAD.pack(1.0, 8) + b"sequence" + msgpack.packb(["sequence", 1, 1.5])
+    assert unpack_link(raw) == unpack_link(pack_link(*unpack_link(raw)))
+    assert unpack_link(raw)[1]["reason"] == "cosine 0.28; shared kouckhou"
+    assert unpack_link(seq)[1] == {
+        "label": "sequence",
+        "reason": "sequence",
+        "source": "rule:sequence",
+        "at": 1.5,
+    }
+
+
+def test_a_reason_of_another_cosine_is_kept_as_text_and_a_reason_that_is_not_text_refused() -> None:
+    raw = pack_link(0.9, {"reason": "cosine 0.28; shared kouckhou"})  # the weight moved on
+    assert b"cosine 0.28" in raw and unpack_link(raw)[1]["reason"] == "cosine 0.28; shared kouckhou"
+    for reason in (True, ["x"]):
+        with pytest.raises(ValueError, match="reason is text"):
+            pack_link(0.5, {"reason": reason})
 
 
 def test_a_link_label_past_255_bytes_is_refused() -> None:

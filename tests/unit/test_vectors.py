@@ -26,6 +26,14 @@ def test_float32_is_kept_exactly_and_float16_within_a_thousandth_of_a_cosine(dim
     assert vectors.encode(back, "float16") == half  # re-encoding a decoded float16 changes nothing
 
 
+@pytest.mark.parametrize("storage", ["float32", "float16"])
+def test_as_stored_is_the_vector_that_reads_back(storage: vectors.Storage) -> None:
+    vec = unit(256, 4)
+    kept = vectors.as_stored(vec, storage)
+    assert kept.dtype == np.float32
+    assert kept.tobytes() == vectors.decode(vectors.encode(vec, storage)).tobytes()
+
+
 def test_the_producer_reads_both_layouts_as_the_worker_does() -> None:
     vec = unit(32, 3)
     for storage in ("float32", "float16"):

@@ -233,8 +233,9 @@ def _prepare(ctx: WorkerContext, todo: list[Pending], last_seq: int) -> None:
     reuse = [p for p, s in zip(todo, stale, strict=True) if not s]
     if to_embed:
         vecs = embed_cached(ctx, [p.job.content for p in to_embed])
+        storage = ctx.settings.vector_storage
         for p, vec in zip(to_embed, vecs, strict=True):
-            p.vec = vec
+            p.vec = vectors.as_stored(vec, storage)
     if reuse:
         stored = ctx.redis.pipeline(transaction=False)
         for p in reuse:

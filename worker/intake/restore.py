@@ -210,19 +210,18 @@ def _fields(ctx: WorkerContext, entry_id: str, job: RestoreJob, seq: int) -> dic
     fields = {k: x for k, x in data.items() if x is not None and k != "merged_from"}
     if job.merged_from:
         fields["merged_from"] = job.merged_from
-    for name in ("agent", "event_time"):  # stored as nil when None, as ingest stores them
+    for name in ("agent", "event_time"):  # None as ingest has them (its audit names them)
         fields[name] = data[name]
     fields.update(namespace=job.ns, embedder=ctx.embedder.name, seq=seq, src=entry_id)
     return fields
 
 
 def _write_tombstone(pipe: Pipeline, ctx: WorkerContext, ns: str, w: notes.NoteWrite) -> None:
-    """A merged (or otherwise tombstoned) note: its hash, seq and place in the tombstone set,
-    outside the index."""
+    """A merged (or otherwise tombstoned) note: its hash (with its seq) and place in the
+    tombstone set, outside the index."""
     keys = ctx.keys
-    args = [x for pair in notes.encode_fields(w.fields).items() for x in pair]
+    args = [x for pair in notes.encode_note(w.fields).items() for x in pair]
     pipe.execute_command("HSET", keys.note(ns, w.id), *args)
-    pipe.execute_command("HSET", keys.seqs(ns), w.seq, w.id)
     pipe.execute_command("ZADD", keys.tombstoned(ns), w.fields.get("updated_at") or 0.0, w.id)
 
 

@@ -31,6 +31,9 @@ STRONG_MARGIN = 0.15  #: cosine above threshold + this links without a shared ke
 #: adds detail; "example_of": it is an instance of the other).
 RELATIONS = ("related", "supports", "elaborates", "contradicts", "updates", "example_of")
 SEQUENCE = "sequence"  #: label and reason of a Folgezettel link
+#: How far from unit length a batch's rows may be and still be scored by their dot products:
+#: rows of an embedder (unit length up to float32 rounding) are; float16-stored ones are not.
+UNIT_TOLERANCE = 1e-6
 
 
 class Candidate(NamedTuple):
@@ -92,6 +95,9 @@ def batch_candidates(
     n = len(ids)
     if n < 2 or k == 0:
         return [[] for _ in ids]
+    norms = np.linalg.norm(vecs, axis=1, keepdims=True)
+    if not np.allclose(norms, 1.0, rtol=0.0, atol=UNIT_TOLERANCE):  # cosines, as the index has
+        vecs = (vecs / np.where(norms > 0, norms, 1)).astype(np.float32)
     sims = vecs @ vecs.T
     sims[np.triu_indices(n)] = -np.inf  # a note's candidates come before it
     width = min(k, n - 1)

@@ -158,6 +158,7 @@ def _record(
         if key not in LOCAL_FIELDS:
             value = notes.decode_field(key, x)
             rec[key] = NUMBERS[key](value) if key in NUMBERS and value is not None else value
+    rec.update(notes.left_out(raw))  # a note hash leaves these out, a line names them
     rec["links"] = [_link(nb, links[nb], backs.get((nid, nb))) for nb in sorted(links)]
     rec["_raw"] = raw
     return rec
