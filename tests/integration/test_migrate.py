@@ -71,6 +71,29 @@ def test_old_links_become_the_new_layout_exactly_and_a_second_run_changes_nothin
     assert (again.notes, again.links, again.orphans) == (0, 0, 0)
 
 
+def test_migrate_deletes_the_unused_seq_maps_and_nothing_like_them(
+    ctx: WorkerContext, client: MemoryClient
+) -> None:
+    client.store_many(TEXTS, namespace="s1")
+    drain_all(ctx)
+    prefix = ctx.keys.prefix
+    old = f"{prefix}:{{s1}}:seqs"
+    ctx.redis.hset(old, mapping={"1": "a", "2": "b"})  # as builds before 2026-12-07 wrote it
+    lookalikes = [f"{prefix}:{{s1}}:note:x}}:seqs", f"{prefix}x:{{s1}}:seqs"]
+    for key in lookalikes:
+        ctx.redis.hset(key, "1", "a")
+    links = _links_hashes(ctx, "s1")
+
+    done = migrate_links(ctx)
+
+    assert done.seq_maps == 1 and not ctx.redis.exists(old)
+    assert all(ctx.redis.exists(key) for key in lookalikes)
+    assert ctx.redis.get(ctx.keys.seq("s1")) is not None  # the seq counter stays
+    assert _links_hashes(ctx, "s1") == links
+    assert migrate_links(ctx).seq_maps == 0
+    ctx.redis.delete(*lookalikes)
+
+
 def test_migrate_refuses_while_a_worker_holds_a_shard_lease(
     ctx: WorkerContext, cli_env: WorkerSettings, capsys: pytest.CaptureFixture[str]
 ) -> None:

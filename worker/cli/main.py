@@ -15,7 +15,7 @@ zettelq reembed NAMESPACE   re-embed notes written by another embedder (--wait: 
 zettelq organise NAMESPACE  run every periodic job now for one namespace, on a worker
 zettelq runs                the last beat run of each periodic job (over all namespaces)
 zettelq proposals list|accept|reject|revert [ID]   review evolution proposals
-zettelq migrate             convert links stored before 2026-12-01 (every worker stopped)
+zettelq migrate             upgrade data of older builds (every worker stopped)
 zettelq check [-n NS|--all] check that notes and links are consistent (exit 1 if not)
 zettelq health [--role R] [--host H]   exit 0 when a matching process is alive (healthchecks)
 zettelq top [-n NS]         a live view of shards, backlog, leases, searches, dead letters

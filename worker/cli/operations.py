@@ -29,7 +29,7 @@ def add_commands(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> di
     reembed.add_argument("namespace")
     reembed.add_argument("--wait", action="store_true", help="run it in this process and wait")
     sub.add_parser(
-        "migrate", help="convert links stored before 2026-12-01 (stop every worker first)"
+        "migrate", help="upgrade data of older builds: links, seq maps (stop every worker first)"
     )
     for name in HANDLERS:
         add_output_options(sub.choices[name])

@@ -7,6 +7,9 @@ and there is no linkmeta key. A worker reading the old layout fails with WRONGTY
 once, with every worker stopped: it refuses while any shard lease is held. Each note is converted
 in its own MULTI/EXEC; a run that stops half-way can simply be run again, since notes already in
 the new layout are left alone.
+
+It also deletes each namespace's ``P:{ns}:seqs`` hash (seq -> note id), which builds before
+2026-12-07 wrote with every note and nothing ever read: about 100 bytes per note.
 """
 
 from __future__ import annotations
@@ -25,6 +28,7 @@ from worker.store.notes import changed
 log = logging.getLogger(__name__)
 
 SCAN_COUNT = 1_000  #: keys per SCAN step
+SEQS_SUFFIX = "}:seqs"  #: how the key of a namespace's old seq -> id hash ends
 
 
 @dataclass
@@ -32,6 +36,7 @@ class Migrated:
     notes: int = 0  #: link sets converted
     links: int = 0  #: link ends converted
     orphans: int = 0  #: linkmeta hashes without a link set, deleted
+    seq_maps: int = 0  #: unused seq -> id hashes, deleted
     per_namespace: dict[str, int] = field(default_factory=dict)  #: link sets converted
 
 
@@ -52,9 +57,13 @@ def migrate_links(ctx: WorkerContext) -> Migrated:
     pattern = f"{keys.prefix}:{{*}}:linkmeta:*"
     for key in r.scan_iter(match=pattern, count=SCAN_COUNT, _type="hash"):
         out.orphans += r.delete(key)
+    for key in r.scan_iter(match=f"{keys.prefix}:{{*{SEQS_SUFFIX}", count=SCAN_COUNT, _type="hash"):
+        ns = key.decode()[len(keys.prefix) + 2 : -len(SEQS_SUFFIX)]
+        if "}" not in ns:  # the pattern's * also matches a note key whose id ends so
+            out.seq_maps += r.delete(key)
     log.info(
-        "migrated %d link sets (%d link ends) in %d namespaces",
-        *(out.notes, out.links, len(out.per_namespace)),
+        "migrated %d link sets (%d link ends) in %d namespaces; deleted %d seq maps",
+        *(out.notes, out.links, len(out.per_namespace), out.seq_maps),
     )
     return out
 
