@@ -17,7 +17,9 @@ ZQ_NAME=VALUE`` sets one, e.g. ``--sizes 3000,12000,30000 --worker-env ZQ_ANN_TH
    peak RSS, Redis ``used_memory`` per note (above the empty server), search p50/p99 (k=10,
    fresh=True; the default channels and the dense channel alone) with a raw LPUSH p50 measured
    at the same moment as their base, and 0 lost / 0 duplicated: the active zset holds exactly the
-   returned ids, ``seqs`` has one seq per note, the inbox and the dead-letter stream are empty.
+   returned ids, the seq counter gave out one seq per note, the inbox and the dead-letter stream
+   are empty. With ``--trim-audit`` the audit stream is first trimmed to the workers'
+   ``ZQ_AUDIT_MAX`` entries, as the periodic ``audit`` job of a deployment with beat does.
    Redis memory per key kind: MEMORY USAGE (SAMPLES 0) of ``MEMORY_SAMPLE`` random note and links
    hashes and of every other key, with the encodings of the sampled hashes. The searches wait for
    the worker's snapshot at the change log's tail (a save's copy holds the index for a moment).
@@ -96,7 +98,7 @@ def ingest(
             for n in run.args.sizes:
                 cp = ingest_to(run, n, watch)
                 cp.snapshot = wait_snapshot(run, ctx, proc)  # so that no save stalls the searches
-                measure_checkpoint(run, cp, sampler)
+                measure_checkpoint(run, ctx, cp, sampler)
                 run.checkpoints.append(cp)
             before = answers(run, queries)
             saved = wait_snapshot(run, ctx, proc)  # at once: searches leave the change log be
@@ -140,6 +142,11 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
         "--worker-env", action="append", default=[], help="KEY=VALUE for the workers (repeat)"
     )
     p.add_argument("--snapshot-every-s", type=float, default=60.0, help="the workers' interval")
+    p.add_argument(
+        "--trim-audit",
+        action="store_true",
+        help="trim the audit stream to the workers' ZQ_AUDIT_MAX before each memory reading",
+    )
     p.add_argument("--output", type=Path, help="also write the markdown here")
     p.add_argument("--logs", type=Path, help="copy the workers' logs into this folder")
     args = p.parse_args(argv)

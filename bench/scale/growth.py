@@ -37,6 +37,8 @@ from bench.scale.state import (
     Run,
     used_memory,
 )
+from worker.context import WorkerContext
+from worker.organise import audit
 
 log = logging.getLogger(__name__)
 
@@ -114,8 +116,10 @@ def ingest_to(run: Run, n: int, watch: Watch) -> Checkpoint:
     return Checkpoint(n, rate=(n - first) / took, stretch_s=took, stall_s=watch.stall_s)
 
 
-def measure_checkpoint(run: Run, cp: Checkpoint, sampler: RssSampler) -> None:
+def measure_checkpoint(run: Run, ctx: WorkerContext, cp: Checkpoint, sampler: RssSampler) -> None:
     cp.rss_mib = sampler.take()
+    if run.args.trim_audit:  # as the periodic audit job does, to ZQ_AUDIT_MAX entries
+        log.info("N=%d: audit trimmed by %d entries", cp.n, audit.trim(ctx, NAMESPACE))
     cp.used_per_note = (used_memory(run.r) - run.base_memory) / cp.n
     cp.integrity = integrity(run, cp.n)
     cp.memory, cp.encodings = memory_by_kind(run, cp.n)

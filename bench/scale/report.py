@@ -91,10 +91,15 @@ def per_million(run: Run) -> str:
         slope = (top.rss_mib - first.rss_mib) / (top.n - first.n) * 1e6 / 1024
         text += f" ({slope:,.2f} GiB per million notes from N = {first.n:,} on)"
     audit = next((b for kind, _, b in top.memory if kind == "audit"), 0.0)
+    trimmed = (
+        "trimmed to ZQ_AUDIT_MAX entries as the periodic audit job does"
+        if run.args.trim_audit
+        else "one entry per note; the periodic audit job, not run here, trims it to ZQ_AUDIT_MAX "
+        "entries, 100,000 by default"
+    )
     return (
         f"{text}; Redis used_memory {top.used_per_note * 1e6 / 2**30:,.2f} GiB per million notes, "
-        f"{audit * 1e6 / 2**30:,.2f} GiB of it the audit stream (one entry per note; the periodic "
-        "audit job, not run here, trims it to ZQ_AUDIT_MAX entries, 100,000 by default)."
+        f"{audit * 1e6 / 2**30:,.2f} GiB of it the audit stream ({trimmed})."
     )
 
 
@@ -157,7 +162,12 @@ def report(run: Run, started: str, redis_info: dict[str, str]) -> str:
         f"({', '.join(f'{k} {v!r}' for k, v in redis_info.items() if k != 'redis_version')}); "
         f"extra --redis-arg: {' '.join(run.args.redis_arg) or 'none'}. Worker environment "
         f"beyond the bench's own: {' '.join(run.args.worker_env) or 'none'}; ZQ_SNAPSHOT_EVERY_S="
-        f"{run.args.snapshot_every_s:g}.",
+        f"{run.args.snapshot_every_s:g}"
+        + (
+            "; the audit stream trimmed to ZQ_AUDIT_MAX before each memory reading."
+            if run.args.trim_audit
+            else "."
+        ),
         "",
         *checkpoint_table(run),
         "",
