@@ -14,9 +14,10 @@ after one untimed pass of the queries, which builds the posting arrays they need
 each query on its own in rounds of ``ROUND`` queries, in the order base, head, head, base.
 A query is what ``worker/search/retrieve.py`` ``_channels`` runs with the default settings:
 ``complete``, ``expand`` (feedback_docs, feedback_terms, feedback_weight) and
-``search_weighted`` for search_candidates notes. The two versions' answers (seqs and scores)
-are compared query by query, and each query's "entries" are those of the final pass's
-postings, summed (what summing every entry reads; MaxScore reads fewer).
+``search_weighted`` for search_candidates notes (and ``feedback_term_max_notes``, in versions
+that have it). The two versions' answers (seqs and scores) are compared query by query, and
+each query's "entries" are those of the final pass's postings, summed (what summing every
+entry reads; MaxScore reads fewer).
 """
 
 from __future__ import annotations
@@ -79,6 +80,8 @@ def serve(corpus: Path) -> None:
 
     fields = WorkerSettings.model_fields
     fb = [fields[f].default for f in ("feedback_docs", "feedback_terms", "feedback_weight")]
+    if "feedback_term_max_notes" in fields:  # versions that bound the feedback terms' postings
+        fb.append(fields["feedback_term_max_notes"].default)
     n = fields["search_candidates"].default
     docs, queries = pickle.loads(corpus.read_bytes())
     index = LexicalIndex()
