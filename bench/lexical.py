@@ -14,8 +14,10 @@ after one untimed pass of the queries, which builds the posting arrays they need
 each query on its own in rounds of ``ROUND`` queries, in the order base, head, head, base.
 A query is what ``worker/search/retrieve.py`` ``_channels`` runs with the default settings:
 ``complete``, ``expand`` (feedback_docs, feedback_terms, feedback_weight) and
-``search_weighted`` for search_candidates notes. The two versions' answers (seqs and scores)
-are compared query by query.
+``search_weighted`` for search_candidates notes (and ``feedback_term_max_notes``, in versions
+that have it). The two versions' answers (seqs and scores) are compared query by query, and
+each query's "entries" are those of the final pass's postings, summed (what summing every
+entry reads; MaxScore reads fewer).
 """
 
 from __future__ import annotations
@@ -78,12 +80,19 @@ def serve(corpus: Path) -> None:
 
     fields = WorkerSettings.model_fields
     fb = [fields[f].default for f in ("feedback_docs", "feedback_terms", "feedback_weight")]
+    if "feedback_term_max_notes" in fields:  # versions that bound the feedback terms' postings
+        fb.append(fields["feedback_term_max_notes"].default)
     n = fields["search_candidates"].default
     docs, queries = pickle.loads(corpus.read_bytes())
     index = LexicalIndex()
 
-    def one(terms: list[str]) -> list[tuple[int, float]]:
-        return index.search_weighted(index.expand(index.complete(terms), *fb), n)
+    def one(terms: list[str]) -> tuple[list[tuple[int, float]], dict[str, float]]:
+        query = index.expand(index.complete(terms), *fb)
+        return index.search_weighted(query, n), query
+
+    def entries(query: dict[str, float]) -> int:
+        """The posting entries of the final pass's terms (``_postings``: both versions have it)."""
+        return sum(index._postings[t].df for t in query if t in index._postings)
 
     for line in sys.stdin:
         request = json.loads(line)
@@ -93,18 +102,19 @@ def serve(corpus: Path) -> None:
             for seq, terms in enumerate(docs[: request["notes"]]):
                 index.add(seq, terms)
             built = tracemalloc.get_traced_memory()[0]
-            answers = hashlib.sha1(repr([one(q) for q in queries]).encode()).hexdigest()
+            answers = hashlib.sha1(repr([one(q)[0] for q in queries]).encode()).hexdigest()
             warm = tracemalloc.get_traced_memory()[0]
             tracemalloc.stop()
             reply = {"built_mib": built / 2**20, "warm_mib": warm / 2**20, "answers": answers}
         else:
-            samples, digests = [], []
+            samples, digests, read = [], [], []
             for terms in queries[request["start"] : request["stop"]]:
                 started = time.perf_counter_ns()
-                found = one(terms)
+                found, query = one(terms)
                 samples.append(time.perf_counter_ns() - started)
                 digests.append(hashlib.sha1(repr(found).encode()).hexdigest())
-            reply = {"ns": samples, "digests": digests}
+                read.append(entries(query))
+            reply = {"ns": samples, "digests": digests, "entries": read}
         sys.stdout.write(json.dumps(reply) + "\n")
         sys.stdout.flush()
 
@@ -140,12 +150,14 @@ def percentile(samples: list[int], q: float) -> float:
 def measure(versions: list[Version], notes: int) -> dict[str, Any]:
     built = {v.name: v.ask(op="build", notes=notes) for v in versions}
     samples: dict[str, list[int]] = {v.name: [] for v in versions}
+    read: dict[str, list[int]] = {v.name: [0] * QUERIES for v in versions}
     digests: dict[str, list[str]] = {v.name: [""] * QUERIES for v in versions}
     for start in range(0, QUERIES, ROUND):
         for v in [*versions, *reversed(versions)]:
             reply = v.ask(op="time", start=start, stop=start + ROUND)
             samples[v.name] += reply["ns"]
             digests[v.name][start : start + ROUND] = reply["digests"]
+            read[v.name][start : start + ROUND] = reply["entries"]
     base, head = (v.name for v in versions)
     row: dict[str, Any] = {"notes": notes, "load": Path("/proc/loadavg").read_text().split()[0]}
     for name in (base, head):
@@ -153,6 +165,8 @@ def measure(versions: list[Version], notes: int) -> dict[str, Any]:
             "p50_ms": percentile(samples[name], 0.50),
             "p99_ms": percentile(samples[name], 0.99),
             "mean_ms": statistics.fmean(samples[name]) / 1e6,
+            "entries_p50": statistics.median_low(read[name]),
+            "entries_p99": sorted(read[name])[int(0.99 * QUERIES)],
             "built_mib": built[name]["built_mib"],
             "warm_mib": built[name]["warm_mib"],
         }
@@ -164,14 +178,17 @@ def report(rows: list[dict[str, Any]], base: str) -> str:
     lines = [
         f"base {base} vs head (working tree), {QUERIES} queries per size, {os.cpu_count()} cpus",
         "| notes | load | p50 base / head ms | p99 base / head ms | mean base / head ms "
+        "| entries p50 base / head | entries p99 base / head "
         "| index MiB base / head | + posting arrays MiB base / head | same answers |",
-        "|---|---|---|---|---|---|---|---|",
+        "|---|---|---|---|---|---|---|---|---|---|",
     ]
     for r in rows:
         b, h = r["base"], r["head"]
         lines.append(
             f"| {r['notes']:,} | {r['load']} | {b['p50_ms']:.3f} / {h['p50_ms']:.3f} "
             f"| {b['p99_ms']:.3f} / {h['p99_ms']:.3f} | {b['mean_ms']:.3f} / {h['mean_ms']:.3f} "
+            f"| {b['entries_p50']:,} / {h['entries_p50']:,} "
+            f"| {b['entries_p99']:,} / {h['entries_p99']:,} "
             f"| {b['built_mib']:.0f} / {h['built_mib']:.0f} "
             f"| {b['warm_mib'] - b['built_mib']:.0f} / {h['warm_mib'] - h['built_mib']:.0f} "
             f"| {r['same_answers']}/{QUERIES} |"

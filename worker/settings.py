@@ -181,6 +181,10 @@ class WorkerSettings(ProducerSettings):
     feedback_terms: int = Field(default=10, ge=1, le=100)
     """Pseudo-relevance feedback: expansion terms added to the query."""
 
+    feedback_term_max_notes: int = Field(default=8192, ge=0)
+    """Pseudo-relevance feedback: a term in more notes than this is not added (the next one is),
+    so each expansion term costs the search at most this many posting entries (0 = no bound)."""
+
     bm25_k1: float = Field(default=1.2, ge=0)
     """BM25 term-frequency saturation."""
 

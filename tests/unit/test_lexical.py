@@ -2,7 +2,11 @@
 
 from __future__ import annotations
 
+import random
+
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from worker.index.lexical import LexicalIndex, analyze
 
@@ -69,6 +73,62 @@ def test_feedback_adds_terms_of_the_top_notes_but_keeps_the_query():
     assert index.expand(index.complete(analyze("pottery")), 5, 5, weight=0.0) == {
         analyze("pottery")[0]: 1.0
     }
+
+
+def harbour_index() -> LexicalIndex:
+    """The one note about a lantern says "harbour" twice and "violet" once; "harbour" is in
+    five notes, "violet" in that one only."""
+    index = LexicalIndex()
+    index.add(0, analyze("lantern harbour harbour violet"))
+    for seq in range(1, 5):
+        index.add(seq, analyze(f"harbour ships number{seq}"))
+    return index
+
+
+def test_feedback_passes_over_a_term_in_more_notes_than_the_bound_for_a_rarer_one():
+    index = harbour_index()
+    harbour, violet = analyze("harbour violet")
+    query = index.complete(analyze("lantern"))
+    unbounded = index.expand(query, feedback_docs=1, feedback_terms=1, weight=0.4)
+    assert set(unbounded) - set(query) == {harbour}  # twice the share of the rarer term
+    bounded = index.expand(query, feedback_docs=1, feedback_terms=1, weight=0.4, max_notes=4)
+    assert set(bounded) - set(query) == {violet}
+    # the term chosen weighs what it weighs without the bound: half the commoner term's share
+    both = index.expand(query, feedback_docs=1, feedback_terms=2, weight=0.4)
+    assert bounded[violet] == both[violet] == pytest.approx(0.2)
+    assert index.expand(query, 1, 1, 0.4, max_notes=5) == unbounded  # at the bound: kept
+
+
+@settings(max_examples=40, deadline=None)
+@given(
+    seed=st.integers(0, 2**32 - 1),
+    notes=st.integers(1, 300),
+    feedback_terms=st.integers(1, 12),
+    max_notes=st.integers(1, 300),
+)
+def test_bounded_feedback_keeps_the_unbounded_choice_of_rare_enough_terms(
+    seed, notes, feedback_terms, max_notes
+):
+    """The bound only passes over terms in more than ``max_notes`` notes: the expansion holds
+    no such term, every term of the unbounded expansion in at most that many notes, with the
+    same weight, and as many terms as the top notes have that are rare enough."""
+    rng = random.Random(seed)
+    words = [f"w{i}" for i in range(40)]
+    index = LexicalIndex()
+    for seq in range(notes):
+        index.add(seq, rng.choices(words, [1 / (r + 1) for r in range(40)], k=rng.randint(1, 12)))
+    query = {w: 1.0 for w in rng.sample(words, 2)}
+    unbounded = index.expand(query, 3, feedback_terms, 0.3)
+    bounded = index.expand(query, 3, feedback_terms, 0.3, max_notes=max_notes)
+    df = {t: sum(t in counts for counts in index.docs.values()) for t in words}
+    added = {t: w for t, w in bounded.items() if t not in query}
+    assert all(df[t] <= max_notes for t in added)
+    assert {t: w for t, w in unbounded.items() if df[t] <= max_notes}.items() <= bounded.items()
+    top = [seq for seq, _ in index.search_weighted(query, 3)]
+    rare = {t for seq in top for t in index.docs[seq] if t not in query and df[t] <= max_notes}
+    assert len(added) == min(feedback_terms, len(rare))
+    if max_notes >= notes:
+        assert bounded == unbounded
 
 
 def test_stemming_is_safe_from_many_threads():

@@ -1,5 +1,6 @@
 """BM25 top-k over posting arrays: MaxScore gives exactly the exhaustive sum's k best and scores,
-on random indexes, as notes come and go, through both ways of looking notes up."""
+on random indexes, as notes come and go, through both ways of looking notes up, and the
+exhaustive sum gives the same by bincount and in the scratch array."""
 
 from __future__ import annotations
 
@@ -18,13 +19,17 @@ from worker.index.lexical import LexicalIndex
 
 
 @contextmanager
-def scored_by(way: str, bisect_cost: int = posting.BISECT_COST) -> Iterator[None]:
-    """Every search by MaxScore (``way="maxscore"``) or by summing every entry."""
-    sparse = (0, 0) if way == "maxscore" else (0, 1 << 62)
+def scored_by(
+    way: str, bisect_cost: int = posting.BISECT_COST, scatter_cost: int = posting.SCATTER_COST
+) -> Iterator[None]:
+    """Every search by MaxScore (``way="maxscore"``) or by summing every entry (in the scratch
+    array with ``scatter_cost=0``, by bincount with a huge one)."""
+    sparse = (0, 0) if way == "maxscore" else (1 << 62, 0)
     with (
         mock.patch.object(posting, "SPARSE", sparse[0]),
         mock.patch.object(posting, "SPARSE_MIN", sparse[1]),
         mock.patch.object(posting, "BISECT_COST", bisect_cost),
+        mock.patch.object(posting, "SCATTER_COST", scatter_cost),
     ):
         yield
 
@@ -52,7 +57,7 @@ def random_query(rng: random.Random, vocab: int) -> dict[str, float]:
     k=st.sampled_from((1, 3, 10, 50)),
     bisect_cost=st.sampled_from((0, posting.BISECT_COST, 1 << 40)),
 )
-def test_maxscore_gives_the_exhaustive_top_k_exactly(seed, notes, vocab, k, bisect_cost):
+def test_maxscore_and_both_sums_give_the_same_top_k_exactly(seed, notes, vocab, k, bisect_cost):
     rng = random.Random(seed)
     index = zipf_index(rng, notes, vocab)
     for _ in range(rng.randint(0, notes // 10)):  # deleted and rewritten notes
@@ -62,8 +67,11 @@ def test_maxscore_gives_the_exhaustive_top_k_exactly(seed, notes, vocab, k, bise
             index.add(seq, [f"w{rng.randrange(vocab)}" for _ in range(rng.randint(1, 9))])
     for _ in range(5):
         query = random_query(rng, vocab)
-        with scored_by("every"):
+        with scored_by("every", scatter_cost=1 << 40):
             expected = index.search_weighted(query, k)
+        with scored_by("every", scatter_cost=0):
+            assert index.search_weighted(query, k) == expected
+            assert not index._scratch.any()  # left all zeros
         with scored_by("maxscore", bisect_cost):
             assert index.search_weighted(query, k) == expected  # seqs, scores, order: bit for bit
 

@@ -156,13 +156,35 @@ class LexicalIndex:
         return top(postings, scales, bm25, k, self._scratch)
 
     def expand(
-        self, terms: dict[str, float], feedback_docs: int, feedback_terms: int, weight: float
+        self,
+        terms: dict[str, float],
+        feedback_docs: int,
+        feedback_terms: int,
+        weight: float,
+        max_notes: int = 0,
     ) -> dict[str, float]:
         """Pseudo-relevance feedback (RM3-style): the weighted query terms plus the terms that
-        weigh most in its first-pass top documents, weighted by their share, times ``weight``."""
+        weigh most in its first-pass top documents, weighted by their share relative to the
+        term that weighs most, times ``weight``.
+
+        With ``max_notes`` > 0, a term in more notes than that is passed over for the next
+        one: its IDF is lower than any chosen term's, and its posting would cost the search
+        that reads the expanded query more than ``max_notes`` entries. The terms chosen weigh
+        what they would weigh without the bound."""
         query = dict(terms)
         if feedback_docs <= 0 or feedback_terms <= 0 or weight <= 0:
             return query
+        mass = self._feedback_mass(query, feedback_docs)
+        peak = max(mass.values(), default=1.0)
+        if 0 < max_notes < len(self.docs):
+            mass = {t: m for t, m in mass.items() if self._postings[t].df <= max_notes}
+        for term, value in heapq.nlargest(feedback_terms, mass.items(), key=lambda item: item[1]):
+            query[term] = weight * value / peak
+        return query
+
+    def _feedback_mass(self, query: dict[str, float], feedback_docs: int) -> dict[str, float]:
+        """Each term of the query's first-pass top documents that the query lacks: the sum, over
+        those documents, of the document's share of their scores times the term's share of it."""
         top = self.search_weighted(query, feedback_docs)
         total = sum(score for _, score in top) or 1.0
         mass: dict[str, float] = {}
@@ -171,8 +193,4 @@ class LexicalIndex:
             for term, tf in self.docs[seq].items():
                 if term not in query:
                     mass[term] = mass.get(term, 0.0) + (score / total) * tf / length
-        best = heapq.nlargest(feedback_terms, mass.items(), key=lambda item: item[1])
-        peak = best[0][1] if best else 1.0
-        for term, value in best:
-            query[term] = weight * value / peak
-        return query
+        return mass

@@ -29,15 +29,23 @@ Floats = npt.NDArray[np.float64]
 Floats32 = npt.NDArray[np.float32]
 
 #: A query is scored by MaxScore when the index holds more than ``SPARSE_MIN`` notes plus this
-#: many per entry of its postings; otherwise every entry is summed into an array of one float per
-#: note: a few large array operations, which then cost less than MaxScore's scattered reads and
-#: writes of each entry and its many small operations (measured in bench/lexical.py).
-SPARSE = 16
+#: many per entry of its postings; otherwise every entry is summed in a few vectorised
+#: operations, which then cost less than MaxScore's many small ones (measured in
+#: bench/lexical.py: at 1M notes, summing in the scratch array beat MaxScore at the median for
+#: queries of every size measured, so MaxScore is kept for indexes far larger than a query).
+SPARSE = 64
 SPARSE_MIN = 131_072
 #: Looking a note up in a posting by bisection costs about this many times one write of one of
 #: the posting's entries to an array indexed by seq: lookups of more notes than the posting's
 #: length over this write the posting there and read the notes back.
 BISECT_COST = 8
+#: The exhaustive sum adds each entry into ``scratch``, reads it back and zeroes it (three
+#: scattered passes over the entries) when the index holds more than ``SPARSE_MIN`` notes and
+#: more than this many per entry of the query's postings; otherwise it sums them with one
+#: bincount over an array of one float per note, whose allocation and scan cost about this many
+#: entries' scattered passes per note, and less on a smaller index, whose array stays in cache
+#: (measured in bench/lexical.py).
+SCATTER_COST = 10
 #: Comparisons with the floor allow this relative slack, far more than the rounding of summing a
 #: note's weights in another order can make.
 MARGIN = 1e-9
@@ -213,7 +221,7 @@ def top(
     summing every entry of every posting, in query order. ``scratch`` is all zeros, longer than
     the largest seq, and left so."""
     if len(scratch) < SPARSE * sum(len(a.seqs) for a in postings) + SPARSE_MIN:
-        return _every(postings, scales, bm25, k)
+        return _every(postings, scales, bm25, k, scratch)
     terms = [Term(a, scale) for a, scale in zip(postings, scales, strict=True)]
     found = Found(scratch)
     bounds = [t.arrays.bound(bm25) * t.scale for t in terms]
@@ -242,7 +250,7 @@ def _best(seqs: Ints, totals: Floats, k: int) -> list[tuple[int, float]]:
 
 
 def _every(
-    postings: list[PostingArrays], scales: list[float], bm25: Bm25, k: int
+    postings: list[PostingArrays], scales: list[float], bm25: Bm25, k: int, scratch: Floats
 ) -> list[tuple[int, float]]:
     """``top`` by summing every entry: the k best positive totals, ties by the lower seq. A
     total is at least any of its shares, so the k-th largest share of one term is a floor under
@@ -253,16 +261,36 @@ def _every(
     ends = list(itertools.accumulate(len(a.seqs) for a in postings))
     for a, scale, end in zip(postings, scales, ends, strict=True):
         np.multiply(a.weights(bm25), scale, out=weights[end - len(a.seqs) : end])
-    # each seq's weights summed in query order (weighted bincount gives floats)
-    totals = np.asarray(np.bincount(every, weights=weights), dtype=np.float64)
     wide = [i for i, a in enumerate(postings) if len(a.seqs) >= k]
+    floor = 0.0
     if wide:
         i = max(wide, key=scales.__getitem__)
         part = weights[ends[i] - len(postings[i].seqs) : ends[i]]
-        hit = np.flatnonzero(totals >= np.partition(part, -k)[-k])
+        floor = float(np.partition(part, -k)[-k])
+    if len(scratch) > SPARSE_MIN and len(every) * SCATTER_COST < len(scratch):
+        seqs, totals = _sum_scattered(every, weights, floor, scratch)
     else:
-        hit = np.unique(every)
-    return _best(hit, totals[hit], k)
+        # each seq's weights summed in query order (weighted bincount gives floats)
+        by_seq = np.asarray(np.bincount(every, weights=weights), dtype=np.float64)
+        seqs = np.flatnonzero(by_seq >= floor) if wide else np.unique(every)
+        totals = by_seq[seqs]
+    return _best(seqs, totals, k)
+
+
+def _sum_scattered(
+    every: Ints, weights: Floats, floor: float, scratch: Floats
+) -> tuple[Ints, Floats]:
+    """The seqs of ``every`` whose weights sum to ``floor`` or more, and those sums: each seq's
+    weights added in ``scratch`` in query order (from 0, as bincount adds them), read back at
+    the entries and zeroed there."""
+    np.add.at(scratch, every, weights)
+    try:
+        totals = scratch[every]  # a seq's total at each of its entries
+    finally:
+        scratch[every] = 0
+    hit = np.flatnonzero(totals >= floor)
+    seqs, first = np.unique(every[hit], return_index=True)
+    return seqs, totals[hit][first]
 
 
 def _merge_rarest(

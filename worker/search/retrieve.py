@@ -258,7 +258,13 @@ def _channels(
     if weights["lexical"] > 0:
         s = ctx.settings
         query = proj.lexical.complete(terms)
-        query = proj.lexical.expand(query, s.feedback_docs, s.feedback_terms, weights["feedback"])
+        query = proj.lexical.expand(
+            query,
+            s.feedback_docs,
+            s.feedback_terms,
+            weights["feedback"],
+            s.feedback_term_max_notes,
+        )
         hits = proj.lexical.search_weighted(query, n)
     lexical = {proj.ids[seq]: score for seq, score in hits if seq in proj.ids}
     size = len(proj.index)
