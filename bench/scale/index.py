@@ -37,6 +37,7 @@ from bench.scale.state import (
     note_fields,
     worker,
 )
+from worker import vectors
 from worker.context import WorkerContext
 from worker.index.kinds import Floats, Seqs
 from worker.index.projection import snapshot_path
@@ -122,7 +123,7 @@ def true_vectors(run: Run, members: dict[str, int]) -> tuple[Seqs, Floats]:
     vecs: Floats | None = None
     for start in range(0, len(ids), READ_CHUNK):
         rows = note_fields(run, ids[start : start + READ_CHUNK], "vec")
-        chunk = np.vstack([np.frombuffer(raw or b"", dtype=np.float32) for raw in rows])
+        chunk = np.vstack([vectors.decode(raw or b"") for raw in rows])  # float32 or float16
         if vecs is None:
             vecs = np.empty((len(ids), chunk.shape[1]), dtype=np.float32)
         vecs[start : start + len(chunk)] = chunk
