@@ -45,9 +45,9 @@ from bench.foundation import (
     queue_notes,
     start_worker,
     stop_worker,
+    tree_cpu_s,
     worker_env,
 )
-from bench.load import cpu_s
 from producer import MemoryClient, ProducerSettings
 from worker.models.factory import build_embedder
 from worker.runtime.devserver import EmbeddedRedis
@@ -111,7 +111,7 @@ def worker_rate(url: str, prefix: str, env: dict[str, str], texts: list[str]) ->
                 notes = mem.stats(NAMESPACE).notes
                 now = time.monotonic()
                 if notes and first is None:
-                    first = (now, cpu_s(proc.pid), notes)
+                    first = (now, tree_cpu_s(proc.pid), notes)
                     load = loadavg()
                 if notes != last_notes:
                     last_change, last_notes = now, notes
@@ -120,7 +120,7 @@ def worker_rate(url: str, prefix: str, env: dict[str, str], texts: list[str]) ->
                 if now - last_change > STALL_S:
                     raise RuntimeError(f"ingest stalled at {notes} of {len(texts)} notes")
                 time.sleep(POLL_S)
-            cpu = cpu_s(proc.pid)
+            cpu = tree_cpu_s(proc.pid)
         finally:
             stop_worker(proc)
     assert first is not None
