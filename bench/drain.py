@@ -34,8 +34,8 @@ from pathlib import Path
 
 from redis import Redis
 
-from bench.foundation import Corpus
-from bench.load import _text, cpu_s
+from bench.foundation import Corpus, cpu_s
+from bench.load import _text
 from producer import MemoryClient, ProducerSettings
 from producer.keys import Keys
 from worker.runtime.devserver import EmbeddedRedis, ThrowawayCluster

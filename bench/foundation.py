@@ -208,7 +208,7 @@ def process_tree(root: int) -> list[int]:
     return tree
 
 
-def tree_cpu_s(root: int) -> float:
+def cpu_s(root: int) -> float:
     """User + system CPU seconds of ``root`` and its live descendants, from /proc."""
     total = 0
     for pid in process_tree(root):
@@ -305,8 +305,15 @@ def stop_worker(proc: subprocess.Popen[bytes]) -> None:
             os.kill(pid, signal.SIGKILL)
 
 
-def wait_ingested(mem: MemoryClient, proc: subprocess.Popen[bytes], n: int, result: Result) -> None:
-    """Poll stats() until all ``n`` notes are organised; fill the ingest fields of result."""
+def wait_ingested(
+    mem: MemoryClient,
+    proc: subprocess.Popen[bytes],
+    n: int,
+    result: Result,
+    at_first: Callable[[], object] | None = None,
+) -> None:
+    """Poll stats() until all ``n`` notes are organised; fill the ingest fields of result.
+    ``at_first`` is called when the first organised notes are seen, where the rate starts."""
     started = last_change = time.monotonic()
     first_at: float | None = None
     first_notes = last_notes = 0
@@ -317,6 +324,8 @@ def wait_ingested(mem: MemoryClient, proc: subprocess.Popen[bytes], n: int, resu
         now = time.monotonic()
         if stats.notes and first_at is None:
             first_at, first_notes = now, stats.notes
+            if at_first is not None:
+                at_first()
         if stats.pending + stats.notes < n:  # entries are deleted only after their commit
             lost = n - stats.pending - stats.notes
             raise RuntimeError(f"{lost} jobs vanished (dead={stats.dead}); was the DB flushed?")
@@ -400,7 +409,7 @@ def run_worker_phases(
         if result.ingested < n:
             return
         for fresh in (True, False):
-            cpu = tree_cpu_s(proc.pid)
+            cpu = cpu_s(proc.pid)
             result.search[fresh], counts = measure_search(mem, queries[fresh], fresh)
             result.search_cpu_ms[str(fresh)] = cpu_ms_per(proc.pid, cpu, len(queries[fresh]))
             result.hits[fresh] = (sum(counts) / len(counts), sum(c < K for c in counts))
@@ -410,7 +419,7 @@ def run_worker_phases(
                 result.search[fresh].p50_us / 1000,
                 result.search[fresh].p99_us / 1000,
             )
-        cpu = tree_cpu_s(proc.pid)
+        cpu = cpu_s(proc.pid)
         result.repeat, _ = measure_search(mem, queries[True], True)
         result.search_cpu_ms["again"] = cpu_ms_per(proc.pid, cpu, len(queries[True]))
         log.info("search fresh=True again: p50 %.2fms", result.repeat.p50_us / 1000)
@@ -425,7 +434,7 @@ def run_worker_phases(
 
 def cpu_ms_per(pid: int, since_s: float, count: int) -> float:
     """The worker tree's CPU milliseconds per search since ``since_s`` of its CPU seconds."""
-    return (tree_cpu_s(pid) - since_s) * 1000 / count
+    return (cpu_s(pid) - since_s) * 1000 / count
 
 
 def bench_size(redis_url: str, n: int, searches: int, extra_env: dict[str, str]) -> Result:

@@ -40,6 +40,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import cast
 
+from bench.foundation import cpu_s
 from producer import Backpressure, MemoryClient, ProducerSettings, ZettelqError
 from worker.context import WorkerContext
 from worker.runtime.devserver import EmbeddedRedis
@@ -132,21 +133,6 @@ def _spawn_workers(
         subprocess.Popen(command, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
         for command in commands
     ]
-
-
-def cpu_s(pid: int) -> float:
-    """User + system CPU seconds of a process and its live descendants."""
-    total = 0.0
-    for entry in Path("/proc").iterdir():
-        if not entry.name.isdigit():
-            continue
-        try:
-            stat = (entry / "stat").read_text().rsplit(")", 1)[1].split()
-        except OSError:
-            continue
-        if int(entry.name) == pid or int(stat[1]) == pid:
-            total += (int(stat[11]) + int(stat[12])) / os.sysconf("SC_CLK_TCK")
-    return total
 
 
 def host_busy_s() -> float:

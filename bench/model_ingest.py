@@ -37,15 +37,16 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from bench.foundation import (
-    NAMESPACE,
     Corpus,
+    Result,
     code_version,
+    cpu_s,
     loadavg,
     publish,
     queue_notes,
     start_worker,
     stop_worker,
-    tree_cpu_s,
+    wait_ingested,
     worker_env,
 )
 from producer import MemoryClient, ProducerSettings
@@ -57,8 +58,6 @@ log = logging.getLogger("bench.model_ingest")
 
 PREFIX = "zqmi"  #: the key prefix (a round's number is appended)
 SHARD_COUNT = 8  #: ZQ_SHARD_COUNT of producer and worker
-POLL_S = 0.1  #: how often the organised count is read
-STALL_S = 120.0  #: no progress for this long ends a round as failed
 
 
 @dataclass
@@ -97,35 +96,23 @@ def model_rate(settings: WorkerSettings, texts: list[str]) -> Rate:
 def worker_rate(url: str, prefix: str, env: dict[str, str], texts: list[str]) -> Rate:
     """One worker process organising ``texts`` queued before it starts."""
     settings = ProducerSettings(redis_url=url, key_prefix=prefix, shard_count=SHARD_COUNT)
+    result = Result(len(texts))
+    first: list[tuple[float, str]] = []  #: the worker's CPU seconds and the load at its first notes
     with MemoryClient(settings) as mem, tempfile.TemporaryDirectory(prefix="zqmi") as tmp:
         queue_notes(mem, texts)
         proc = start_worker(
             {**worker_env(url, prefix, str(Path(tmp) / "index")), **env}, Path(tmp) / "worker.log"
         )
         try:
-            first: tuple[float, float, int] | None = None
-            last_change, last_notes = time.monotonic(), 0
-            while True:
-                if proc.poll() is not None:
-                    raise RuntimeError(f"worker exited with status {proc.returncode}")
-                notes = mem.stats(NAMESPACE).notes
-                now = time.monotonic()
-                if notes and first is None:
-                    first = (now, tree_cpu_s(proc.pid), notes)
-                    load = loadavg()
-                if notes != last_notes:
-                    last_change, last_notes = now, notes
-                if notes >= len(texts):
-                    break
-                if now - last_change > STALL_S:
-                    raise RuntimeError(f"ingest stalled at {notes} of {len(texts)} notes")
-                time.sleep(POLL_S)
-            cpu = tree_cpu_s(proc.pid)
+            at_first = lambda: first.append((cpu_s(proc.pid), loadavg()))  # noqa: E731
+            wait_ingested(mem, proc, len(texts), result, at_first)
+            cpu = cpu_s(proc.pid)
         finally:
             stop_worker(proc)
-    assert first is not None
-    began, began_cpu, began_notes = first
-    return Rate(notes - began_notes, now - began, cpu - began_cpu, load)
+    if result.ingested < len(texts) or not first:
+        raise RuntimeError(f"ingest stalled at {result.ingested} of {len(texts)} notes")
+    notes = round(result.ingest_per_s * result.ingest_s)
+    return Rate(notes, result.ingest_s, cpu - first[0][0], first[0][1])
 
 
 def run(args: argparse.Namespace) -> str:
