@@ -586,18 +586,25 @@ def code_version() -> str:
     return f"{head}, {len(changed)} tracked files modified" if changed else head
 
 
+def zq_setting(item: str) -> tuple[str, str]:
+    """An ``--env`` argument: ``ZQ_NAME=VALUE`` as (name, value)."""
+    name, sep, value = item.partition("=")
+    if not name.startswith("ZQ_") or not sep:
+        raise argparse.ArgumentTypeError(f"{item!r} is not ZQ_NAME=VALUE")
+    return name, value
+
+
 def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--sizes", default="1000,10000,100000", help="comma-separated note counts")
     p.add_argument("--redis-url", default="redis://127.0.0.1:6379/12", help="flushed DB")
     p.add_argument("--searches", type=int, default=1000, help="timed searches per mode")
     p.add_argument("--output", type=Path, help="also write the markdown here")
-    p.add_argument("--env", action="append", default=[], help="ZQ_NAME=VALUE for the worker")
+    p.add_argument(
+        "--env", action="append", default=[], type=zq_setting, help="ZQ_NAME=VALUE for the worker"
+    )
     args = p.parse_args(argv)
-    pairs = [item.partition("=") for item in args.env]
-    if any(not name.startswith("ZQ_") or not sep for name, sep, _ in pairs):
-        p.error("--env takes ZQ_NAME=VALUE")
-    args.env = {name: value for name, _, value in pairs}
+    args.env = dict(args.env)
     args.sizes = [int(s.replace("_", "")) for s in args.sizes.split(",") if s.strip()]
     if not args.sizes or min(args.sizes) < 1 or args.searches < 1:
         p.error("sizes and --searches must be positive")

@@ -35,6 +35,7 @@ from bench.foundation import (
     stop_worker,
     wait_ingested,
     worker_env,
+    zq_setting,
 )
 from producer import MemoryClient, ProducerSettings
 from producer.keys import Keys
@@ -151,16 +152,15 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     p.add_argument(
         "--listpack", default="64,256,2048", help="comma-separated hash-max-listpack-value values"
     )
-    p.add_argument("--env", action="append", default=[], help="ZQ_NAME=VALUE for the worker")
+    p.add_argument(
+        "--env", action="append", default=[], type=zq_setting, help="ZQ_NAME=VALUE for the worker"
+    )
     p.add_argument("--output", type=Path, help="also write the markdown here")
     args = p.parse_args(argv)
     args.listpack = [int(v) for v in args.listpack.split(",") if v.strip()]
     if args.notes < 1 or not args.listpack or min(args.listpack) < 1:
         p.error("--notes and every --listpack value must be positive")
-    pairs = [item.partition("=") for item in args.env]
-    if any(not name.startswith("ZQ_") or not sep for name, sep, _ in pairs):
-        p.error("--env takes ZQ_NAME=VALUE")
-    args.env = {name: value for name, _, value in pairs}
+    args.env = dict(args.env)
     return args
 
 

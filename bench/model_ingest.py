@@ -48,6 +48,7 @@ from bench.foundation import (
     stop_worker,
     wait_ingested,
     worker_env,
+    zq_setting,
 )
 from producer import MemoryClient, ProducerSettings
 from worker.models.factory import build_embedder
@@ -166,17 +167,20 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     p.add_argument("--notes", type=int, default=2_000, help="notes per measure")
     p.add_argument("--rounds", type=int, default=2, help="model/worker pairs")
     p.add_argument("--embedder", default="minilm", help="ZQ_EMBEDDER of both measures")
-    p.add_argument("--env", action="append", default=[], help="ZQ_NAME=VALUE for both measures")
+    p.add_argument(
+        "--env",
+        action="append",
+        default=[],
+        type=zq_setting,
+        help="ZQ_NAME=VALUE for both measures",
+    )
     p.add_argument("--seed", type=int, default=2_020)
     p.add_argument("--goal", type=float, default=0.9, help="worker rate / model rate")
     p.add_argument("--output", type=Path, help="also write the markdown here")
     args = p.parse_args(argv)
     if args.notes < 1 or args.rounds < 1:
         p.error("--notes and --rounds must be positive")
-    pairs = [item.partition("=") for item in args.env]
-    if any(not name.startswith("ZQ_") or not sep for name, sep, _ in pairs):
-        p.error("--env takes ZQ_NAME=VALUE")
-    args.env = {name: value for name, _, value in pairs}
+    args.env = dict(args.env)
     args.started = time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())
     return args
 
