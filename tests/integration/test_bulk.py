@@ -69,3 +69,19 @@ def test_a_connection_lost_while_its_replies_are_read_is_dropped_not_reused(
     pipe = BulkPipeline(redis_db)
     pipe.queue("GET", "t:x")
     assert pipe.execute() == [b"1"]
+
+
+def test_a_bulk_pipeline_reconnects_when_its_pooled_connection_was_closed(
+    redis_db: Redis, redis_url: str
+) -> None:
+    """Redis closed the pooled connection between two pipelines (a restart, a timeout): the
+    pool finds it closed when the next pipeline takes it, and the pipeline runs once on a new
+    connection."""
+    redis_db.set("t:x", "1")
+    idle = redis_db.client_id()
+    with Redis.from_url(redis_url) as other:
+        other.client_kill_filter(_id=idle)
+    pipe = BulkPipeline(redis_db)
+    pipe.queue("INCR", "t:x")
+    assert pipe.execute() == [2]
+    assert redis_db.client_id() != idle

@@ -57,12 +57,27 @@ class BulkPipeline(Pipeline):  # type: ignore[misc]  # redis-py's Pipeline is un
         super().__init__(base.connection_pool, base.response_callbacks, False, None)
 
     def execute(self, raise_on_error: bool = True) -> list[Any]:
-        if self._cluster is None:
-            return list(super().execute(raise_on_error))
         try:
-            return _raise_first(_execute_on_cluster(self._cluster, self.command_stack))
+            if self._cluster is not None:
+                return _raise_first(_execute_on_cluster(self._cluster, self.command_stack))
+            if not self.command_stack or self.scripts:
+                return list(super().execute(raise_on_error))
+            return self._execute_plainly()
         finally:
             self.reset()
+
+    def _execute_plainly(self) -> list[Any]:
+        """``execute()`` on one Redis as redis-py's would (a connection of the pool, retried
+        under its retry policy after a connection error, which drops the connection), without
+        redis-py's per-call events and metrics: about half of a small pipeline's client time."""
+        stack = self.command_stack
+        conn = self.connection_pool.get_connection()
+        try:
+            return conn.retry.call_with_retry(  # type: ignore[no-any-return]
+                lambda: self._execute_pipeline(conn, stack, True), lambda _: conn.disconnect()
+            )
+        finally:
+            self.connection_pool.release(conn)
 
     def queue(self, *args: Any) -> None:
         """Queue one command given as its arguments (``queue("HMGET", key, *names)``), past
