@@ -6,7 +6,8 @@ from __future__ import annotations
 from hypothesis import given
 from hypothesis import strategies as st
 
-from worker.search.candidates import Cand, order, rank_top, score
+from producer.protocol import pack_link
+from worker.search.candidates import Cand, LinkRow, order, rank_top, score
 
 NOW = 1_800_000_000.0
 HALF_LIFE_S = 30 * 86_400.0
@@ -32,7 +33,10 @@ def cands(rows: list[dict]) -> list[Cand]:
         }
         if r["superseded"]:
             fields["valid_to"] = str(NOW - 1)
-        out.append(Cand(f"n{i:03d}", "ns", 0, fields, links=r["links"], relevance=r["relevance"]))
+        linked = LinkRow({nb.encode(): pack_link(w, {}) for nb, w in r["links"].items()})
+        cand = Cand(f"n{i:03d}", "ns", 0, fields, relevance=r["relevance"])
+        cand.linked, cand.links = linked, linked.weights
+        out.append(cand)
     return out
 
 

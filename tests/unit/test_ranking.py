@@ -10,8 +10,9 @@ from worker.search.ranking import (
     MAX_BOOST,
     Parts,
     backfill,
-    connection_boost,
+    boost_of,
     fuse,
+    link_total,
     score_parts,
     spread,
 )
@@ -43,24 +44,24 @@ def test_recency_falls_towards_zero() -> None:
 
 
 def test_connection_boost_is_one_without_links() -> None:
-    assert connection_boost({}) == 1.0
+    assert boost_of(link_total({})) == 1.0
 
 
 def test_connection_boost_grows_with_link_weight() -> None:
-    one = connection_boost({"a": 0.5})
-    two = connection_boost({"a": 0.5, "b": 0.5})
+    one = boost_of(link_total({"a": 0.5}))
+    two = boost_of(link_total({"a": 0.5, "b": 0.5}))
 
     assert 1.0 < one < two
     assert two == pytest.approx(1 + BOOST_SCALE * math.log1p(1.0))
 
 
 def test_connection_boost_ignores_negative_weights() -> None:
-    assert connection_boost({"a": -5.0}) == 1.0
-    assert connection_boost({"a": 0.5, "b": -5.0}) == connection_boost({"a": 0.5})
+    assert boost_of(link_total({"a": -5.0})) == 1.0
+    assert boost_of(link_total({"a": 0.5, "b": -5.0})) == boost_of(link_total({"a": 0.5}))
 
 
 def test_connection_boost_is_capped() -> None:
-    assert connection_boost({f"n{i}": 1.0 for i in range(10_000)}) == MAX_BOOST
+    assert boost_of(link_total({f"n{i}": 1.0 for i in range(10_000)})) == MAX_BOOST
 
 
 def test_the_score_is_the_documented_product() -> None:
@@ -79,7 +80,7 @@ def test_a_negative_or_zero_relevance_scores_zero(relevance: float) -> None:
 
 
 def test_score_parts_fills_every_part() -> None:
-    parts = score_parts(0.7, 0.4, 0.0, NOW - DAY, {"a": 1.0}, now=NOW, half_life_s=DAY)
+    parts = score_parts(0.7, 0.4, 0.0, NOW - DAY, 1.0, now=NOW, half_life_s=DAY)
 
     assert parts == Parts(
         relevance=0.7,
@@ -91,7 +92,7 @@ def test_score_parts_fills_every_part() -> None:
 
 @pytest.mark.parametrize(("importance", "clamped"), [(-1.0, 0.0), (2.0, 1.0), (0.3, 0.3)])
 def test_score_parts_clamps_importance_to_zero_one(importance: float, clamped: float) -> None:
-    parts = score_parts(0.5, importance, 0.0, NOW, {}, now=NOW, half_life_s=DAY)
+    parts = score_parts(0.5, importance, 0.0, NOW, 0.0, now=NOW, half_life_s=DAY)
 
     assert parts.importance == clamped
 

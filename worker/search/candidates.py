@@ -49,6 +49,7 @@ class LinkRow:
     def __init__(self, packed: dict[bytes, bytes]) -> None:
         self.packed = packed
         self.weights = link_weights(packed)
+        self.total = ranking.link_total(self.weights)
 
     @cached_property
     def labels(self) -> dict[str, str]:
@@ -263,7 +264,7 @@ def score(c: Cand, now: float, half_life_s: float, boost_scale: float) -> None:
         float(f.get("importance", 0.5)),
         float(f.get("last_access", 0.0)),
         float(f.get("created_at", 0.0)),
-        c.links or {},
+        c.linked.total if c.linked is not None else 0.0,
         now=now,
         half_life_s=half_life_s,
         boost_scale=boost_scale,

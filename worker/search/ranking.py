@@ -99,7 +99,9 @@ def spread(
         return flow
     for seed, relevance in seeds.items():
         for nb, weight in links.get(seed, {}).items():
-            flow[nb] = max(flow.get(nb, 0.0), relevance * max(weight, 0.0) * graph_weight)
+            value = relevance * max(weight, 0.0) * graph_weight
+            best = flow.get(nb, 0.0)
+            flow[nb] = value if value > best else best  # max(best, value), without the call
     return flow
 
 
@@ -126,10 +128,16 @@ def mmr(
     return chosen
 
 
-def connection_boost(links: Mapping[str, float], scale: float = BOOST_SCALE) -> float:
+def link_total(links: Mapping[str, float]) -> float:
+    """The sum of a note's positive link weights (what its connection boost grows with)."""
+    return sum(max(w, 0.0) for w in links.values())
+
+
+def boost_of(total: float, scale: float = BOOST_SCALE) -> float:
+    """The connection boost of a note whose positive link weights sum to ``total``."""
     if scale == 0:
         return 1.0
-    return min(1.0 + scale * math.log1p(sum(max(w, 0.0) for w in links.values())), MAX_BOOST)
+    return min(1.0 + scale * math.log1p(total), MAX_BOOST)
 
 
 def score_ceiling(relevance: float, boost_scale: float = BOOST_SCALE) -> float:
@@ -143,15 +151,16 @@ def score_parts(
     importance: float,
     last_access: float,
     created_at: float,
-    links: Mapping[str, float],
+    link_sum: float,
     *,
     now: float,
     half_life_s: float,
     boost_scale: float = BOOST_SCALE,
 ) -> Parts:
+    """The parts of a note's score; ``link_sum`` is its ``link_total``."""
     return Parts(
         relevance=relevance,
         importance=min(max(importance, 0.0), 1.0),
         recency=recency(now, last_access, created_at, half_life_s),
-        connection_boost=connection_boost(links, boost_scale),
+        connection_boost=boost_of(link_sum, boost_scale),
     )
