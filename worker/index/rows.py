@@ -94,13 +94,12 @@ class RowCache:
         self._wasted = self._wasted or any(self._tiers.values())
         self._tiers = {}
 
-    def get(self, tier: str, nid: str, tag: Tag) -> Any:
-        """The row of ``nid`` in ``tier`` kept under ``tag``, else None."""
-        row = self._tiers.get(tier, {}).get(nid)
-        if row is None or row[0] != tag:
-            return None
-        self._uses += 1
-        return row[1]
+    def get_many(self, tier: str, nids: Iterable[str], tag: Tag) -> dict[str, Any]:
+        """The rows of those of ``nids`` kept in ``tier`` under ``tag``, by id."""
+        rows = self._tiers.get(tier, {})
+        got = {nid: row[1] for nid in nids if (row := rows.get(nid)) is not None and row[0] == tag}
+        self._uses += len(got)
+        return got
 
     def put(self, tier: str, nid: str, tag: Tag, value: Any) -> None:
         if self._paused:
@@ -136,8 +135,8 @@ class Pinned:
     cache: RowCache | None
     tag: Tag = (None, -1)
 
-    def get(self, tier: str, nid: str) -> Any:
-        return None if self.cache is None else self.cache.get(tier, nid, self.tag)
+    def get_many(self, tier: str, nids: Iterable[str]) -> dict[str, Any]:
+        return {} if self.cache is None else self.cache.get_many(tier, nids, self.tag)
 
     def put(self, tier: str, nid: str, value: Any) -> None:
         if self.cache is not None:

@@ -99,6 +99,18 @@ def fetch(
     return active(replies)
 
 
+def kept_rows(rows: Rows, tier: str, cands: Iterable[Cand]) -> dict[tuple[str, str], Any]:
+    """The rows of ``tier`` kept for these candidates, by (namespace, id)."""
+    ids: dict[str, list[str]] = {}
+    for c in cands:
+        ids.setdefault(c.ns, []).append(c.id)
+    return {
+        (ns, nid): row
+        for ns, group in ids.items()
+        for nid, row in rows[ns].get_many(tier, group).items()
+    }
+
+
 def queue_rank_fields(
     pipe: BulkPipeline,
     ctx: WorkerContext,
@@ -112,7 +124,7 @@ def queue_rank_fields(
     if filters:
         names += (*FILTER_FIELDS, "metadata")
         tier = FILTERED
-    kept = {(c.ns, c.id): got for c in cands if (got := rows[c.ns].get(tier, c.id)) is not None}
+    kept = kept_rows(rows, tier, cands)
     todo = [c for c in cands if (c.ns, c.id) not in kept]
     start = len(pipe)
     for c in todo:
@@ -138,11 +150,11 @@ def queue_links(
 ) -> Decoder:
     """Queue the read of the links hashes of the candidates that lack them and whose rows are
     not kept (those are filled in at once). The links are shared with the cache: read only."""
+    bare = [c for c in cands if c.links is None]
+    kept = kept_rows(rows, LINKS, bare)
     todo = []
-    for c in cands:
-        if c.links is not None:
-            continue
-        got = rows[c.ns].get(LINKS, c.id)
+    for c in bare:
+        got = kept.get((c.ns, c.id))
         if got is None:
             todo.append(c)
         else:
@@ -181,7 +193,7 @@ def queue_hit_fields(
     query from the stored vector when it comes from the current embedder."""
     cands = list(cands)
     bare = [c for c in cands if "content" not in c.fields]
-    kept = {(c.ns, c.id): got for c in bare if (got := rows[c.ns].get(HIT, c.id)) is not None}
+    kept = kept_rows(rows, HIT, bare)
     todo = [c for c in bare if (c.ns, c.id) not in kept]
     start = len(pipe)
     for c in todo:
