@@ -9,11 +9,12 @@ from pathlib import Path
 import numpy as np
 import numpy.typing as npt
 import pytest
-from hypothesis import given
+from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from tests.strategies import texts as odd_texts
 from worker.models.factory import load_embedder
-from worker.models.hashing import Embedder, HashingEmbedder
+from worker.models.hashing import SHORT_TEXT_WORDS, STOP_WORDS, Embedder, HashingEmbedder
 
 ROOT = Path(__file__).resolve().parents[2]
 SAMPLE = "Deploy the auth service to production; rollback if the health check fails."
@@ -83,6 +84,25 @@ def make_embedless() -> object:
 
 
 NOT_A_FACTORY = 42
+#: words a query is made of: stop words, repeats of a few, long ones, unicode ones, digits
+QUERY_WORDS = [
+    *sorted(STOP_WORDS)[:12],
+    "deploy",
+    "deployment",
+    "redis",
+    "auth",
+    "x",
+    "42",
+    "na\u00efve",
+    "stra\u00dfe",
+    "\u65e5\u672c\u8a9e",
+    "\u0130stanbul",
+    "supercalifragilisticexpialidocious-and-then-some",
+    "a" * 70,
+]
+query_texts = st.lists(
+    st.sampled_from(QUERY_WORDS) | st.text(min_size=1, max_size=12), max_size=SHORT_TEXT_WORDS + 4
+).map(" ".join)
 
 
 def cosine(embedder: Embedder, left: str, right: str) -> float:
@@ -149,7 +169,25 @@ def test_row_does_not_depend_on_the_rest_of_the_batch() -> None:
     texts = [SAMPLE, "", "deploy deploy deploy again", "one", SAMPLE.upper()]
     batch = embedder.embed(texts)
     for text, row in zip(texts, batch, strict=True):
-        np.testing.assert_allclose(row, embedder.embed([text])[0], atol=1e-6)
+        assert row.tobytes() == embedder.embed([text])[0].tobytes()
+
+
+@settings(max_examples=400, deadline=None)
+@given(query_texts | odd_texts, st.sampled_from([8, 64, 256]))
+def test_one_short_text_embeds_to_the_bits_of_the_batch_path(text: str, dim: int) -> None:
+    embedder = HashingEmbedder(dim)
+    one = embedder.embed([text])
+    assert one.shape == (1, dim)
+    assert one.flags.c_contiguous
+    assert one.tobytes() == embedder.embed([text, SAMPLE])[:1].tobytes()
+
+
+@settings(max_examples=50, deadline=None)
+@given(st.lists(st.sampled_from(QUERY_WORDS), min_size=1, max_size=3), st.integers(2, 8))
+def test_repeated_words_damp_alike_on_both_paths(words: list[str], times: int) -> None:
+    embedder = HashingEmbedder(64)
+    text = " ".join(words * times)
+    assert embedder.embed([text]).tobytes() == embedder.embed([text, ""])[:1].tobytes()
 
 
 def test_case_and_punctuation_do_not_change_the_vector() -> None:

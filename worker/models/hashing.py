@@ -9,7 +9,9 @@ hashed (feature hashing with a +/-1 sign) into one of `dim` buckets:
   stems match ("deploy" / "deployment", "auth" / "authentication").
 
 Word and bigram counts are damped to 1 + log(tf) and every row is L2 normalised. Hashes come
-from blake2b, so vectors are identical across processes, machines and `PYTHONHASHSEED`s.
+from blake2b, so vectors are identical across processes, machines and `PYTHONHASHSEED`s. One
+short text (a query) is summed with fewer numpy calls than a batch, in the same order, so its
+vector has the same bits as in a batch.
 """
 
 from __future__ import annotations
@@ -20,7 +22,7 @@ import logging
 import re
 from collections import Counter
 from collections.abc import Sequence
-from typing import Protocol
+from typing import Protocol, cast
 
 import numpy as np
 import numpy.typing as npt
@@ -43,6 +45,8 @@ CHARGRAM_SIZES = (3, 4, 5)
 MAX_CHARGRAM_WORD_CHARS = 32
 #: per-embedder cache size of feature key -> (bucket indices, signed weights)
 FEATURE_CACHE_SIZE = 1 << 16
+#: one text of at most this many words (a query) takes `_embed_short`, not the batch path
+SHORT_TEXT_WORDS = 24
 #: a small English stop-word list; a text made only of stop words keeps them
 STOP_WORDS = frozenset(
     """
@@ -59,6 +63,8 @@ STOP_WORDS = frozenset(
 _GOLDEN = np.uint64(0x9E3779B97F4A7C15)
 _MIX1 = np.uint64(0xBF58476D1CE4E5B9)
 _MIX2 = np.uint64(0x94D049BB133111EB)
+_GOLDEN_INT, _MIX1_INT, _MIX2_INT = int(_GOLDEN), int(_MIX1), int(_MIX2)
+_MASK_64 = (1 << 64) - 1
 _TOKEN_RE = re.compile(r"[^\W_]+")
 
 Vector = npt.NDArray[np.float32]
@@ -101,13 +107,35 @@ class HashingEmbedder:
 
     def embed(self, texts: Sequence[str]) -> Vector:
         """Embed `texts` into an (n, dim) float32 array of L2-normalised (or all-zero) rows."""
+        word_lists = [_words(text) for text in texts]
+        if len(word_lists) == 1 and 0 < len(word_lists[0]) <= SHORT_TEXT_WORDS:
+            return self._embed_short(word_lists[0])
+        return self._embed_batch(word_lists)
+
+    def _embed_short(self, words: list[str]) -> Vector:
+        """One short text's row (a query's) with a few numpy calls instead of the batch path's
+        many; every cell is summed in the batch path's order, so the bits are the same."""
+        counts = Counter(words)
+        features = {word: self._features(word) for word in counts}
+        weights = [
+            weights if tf == 1 else weights * _damp(tf)
+            for (_, weights, _), tf in zip(features.values(), counts.values(), strict=True)
+        ]
+        cells = np.concatenate([feature[0] for feature in features.values()])
+        # float64 with weights, whatever numpy's stubs say
+        row = cast(_Floats, np.bincount(cells, np.concatenate(weights), minlength=self.dim))
+        bigrams = _bigram_cells([features[word][2] for word in words], self.dim)
+        for cell, weight in bigrams.items():
+            row[cell] += weight
+        return _normalise(row.reshape(1, self.dim))
+
+    def _embed_batch(self, word_lists: list[list[str]]) -> Vector:
         unique: list[_WordFeatures] = []
         tfs: list[int] = []
         unique_per_text: list[int] = []
         hashes: list[int] = []
         words_per_text: list[int] = []
-        for text in texts:
-            words = _words(text)
+        for words in word_lists:
             counts = Counter(words)
             features = {word: self._features(word) for word in counts}
             unique.extend(features.values())
@@ -115,11 +143,11 @@ class HashingEmbedder:
             unique_per_text.append(len(counts))
             hashes.extend([features[word][2] for word in words])
             words_per_text.append(len(words))
-        matrix = np.zeros(len(texts) * self.dim)
+        matrix = np.zeros(len(word_lists) * self.dim)
         if unique:
             self._add_words(matrix, unique, np.asarray(tfs), _rows(unique_per_text))
             self._add_bigrams(matrix, np.array(hashes, dtype=np.uint64), _rows(words_per_text))
-        return _normalise(matrix.reshape(len(texts), self.dim))
+        return _normalise(matrix.reshape(len(word_lists), self.dim))
 
     def _add_words(
         self, matrix: _Floats, unique: list[_WordFeatures], tfs: _Index, rows: _Index
@@ -153,7 +181,8 @@ def _rows(counts_per_text: list[int]) -> _Index:
 
 
 def _normalise(matrix: _Floats) -> Vector:
-    norms = np.linalg.norm(matrix, axis=1, keepdims=True)
+    # the sums np.linalg.norm(matrix, axis=1) takes, without its checks (a query pays for them)
+    norms = np.sqrt(np.add.reduce(matrix * matrix, axis=1, keepdims=True))
     np.divide(matrix, norms, out=matrix, where=norms > 0)
     return np.ascontiguousarray(matrix, dtype=np.float32)
 
@@ -189,6 +218,32 @@ def _bigram_hash(left: _Hashes, right: _Hashes) -> _Hashes:
     mixed = (mixed ^ (mixed >> np.uint64(30))) * _MIX1
     mixed = (mixed ^ (mixed >> np.uint64(27))) * _MIX2
     return mixed ^ (mixed >> np.uint64(31))
+
+
+@functools.lru_cache(maxsize=256)
+def _damp(tf: int) -> float:
+    """1 + log(tf), from the numpy call the batch path makes (libm's log may differ by an ulp)."""
+    return float(1.0 + np.log(np.array([tf]))[0])
+
+
+def _bigram_cells(hashes: list[int], dim: int) -> dict[int, float]:
+    """One text's bigram weight per cell, from its words' hashes, summed as `_add_bigrams` does:
+    each distinct bigram once, in the order of its hash."""
+    pairs = Counter(map(_mix, hashes, hashes[1:]))
+    cells: dict[int, float] = {}
+    for key in sorted(pairs):
+        sign = 1.0 if key >> 63 else -1.0
+        cell = key % dim
+        cells[cell] = cells.get(cell, 0.0) + BIGRAM_WEIGHT * sign * _damp(pairs[key])
+    return cells
+
+
+def _mix(left: int, right: int) -> int:
+    """`_bigram_hash` of one pair, in Python ints (numpy scalars cost more than they save)."""
+    mixed = (left * _GOLDEN_INT & _MASK_64) ^ right
+    mixed = (mixed ^ (mixed >> 30)) * _MIX1_INT & _MASK_64
+    mixed = (mixed ^ (mixed >> 27)) * _MIX2_INT & _MASK_64
+    return mixed ^ (mixed >> 31)
 
 
 def _count_pairs(rows: _Index, keys: _Hashes) -> tuple[_Index, _Hashes, _Index]:
