@@ -1,5 +1,6 @@
 from __future__ import annotations
 
+import hashlib
 import os
 import subprocess
 import sys
@@ -13,6 +14,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from tests.strategies import texts as odd_texts
+from worker.models import hashing
 from worker.models.factory import load_embedder
 from worker.models.hashing import SHORT_TEXT_WORDS, STOP_WORDS, Embedder, HashingEmbedder
 
@@ -270,3 +272,27 @@ def test_load_embedder_import_path_calls_the_factory() -> None:
 def test_load_embedder_rejects_bad_specs_with_value_error(spec: str, message: str) -> None:
     with pytest.raises(ValueError, match=message):
         load_embedder(spec, 64)
+
+
+def reference_features(word: str, dim: int) -> tuple[list[int], list[float], int]:
+    """A word's features as the module docstring defines them, one feature at a time."""
+    padded = f"<{word[: hashing.MAX_CHARGRAM_WORD_CHARS]}>"
+    grams = [padded[i : i + n] for n in hashing.CHARGRAM_SIZES for i in range(len(padded) - n + 1)]
+    boosts = np.array([hashing.PREFIX_BOOST if gram[0] == "<" else 1.0 for gram in grams])
+    weights = [hashing.WORD_WEIGHT, *(boosts * hashing.CHARGRAM_WEIGHT / np.linalg.norm(boosts))]
+    names = [f"w:{word}", *(f"c:{gram}" for gram in grams)]
+    digests = [
+        hashlib.blake2b(name.encode("utf-8", "surrogatepass"), digest_size=8).digest()
+        for name in names
+    ]
+    hashes = [int.from_bytes(digest, "little") for digest in digests]
+    signed = [weight if h >> 63 else -weight for h, weight in zip(hashes, weights, strict=True)]
+    return [h % dim for h in hashes], signed, hashes[0]
+
+
+@settings(max_examples=300, deadline=None)
+@given(query_texts | odd_texts, st.sampled_from([8, 256]))
+def test_word_features_are_those_of_their_definition(text: str, dim: int) -> None:
+    for word in hashing._words(text):
+        indices, weights, word_hash = hashing._word_features(word, dim)
+        assert (indices.tolist(), weights.tolist(), word_hash) == reference_features(word, dim)

@@ -17,11 +17,11 @@ vector has the same bits as in a batch.
 from __future__ import annotations
 
 import functools
-import hashlib
 import logging
 import re
 from collections import Counter
 from collections.abc import Sequence
+from hashlib import blake2b
 from typing import Protocol, cast
 
 import numpy as np
@@ -65,6 +65,7 @@ _MIX1 = np.uint64(0xBF58476D1CE4E5B9)
 _MIX2 = np.uint64(0x94D049BB133111EB)
 _GOLDEN_INT, _MIX1_INT, _MIX2_INT = int(_GOLDEN), int(_MIX1), int(_MIX2)
 _MASK_64 = (1 << 64) - 1
+_LITTLE_U64 = np.dtype("<u8")
 _TOKEN_RE = re.compile(r"[^\W_]+")
 
 Vector = npt.NDArray[np.float32]
@@ -189,13 +190,21 @@ def _normalise(matrix: _Floats) -> Vector:
 
 def _word_features(word: str, dim: int) -> _WordFeatures:
     """Map one word to the buckets and signed weights of its word and character n-gram features."""
-    grams = _chargrams(word)
+    keys = _stable_hashes([f"w:{word}", *(f"c:{gram}" for gram in _chargrams(word))])
+    indices = (keys % np.uint64(dim)).astype(np.intp)
+    signs = np.where(keys >> np.uint64(63), 1.0, -1.0)
+    return indices, signs * _unit_weights(min(len(word), MAX_CHARGRAM_WORD_CHARS)), int(keys[0])
+
+
+@functools.lru_cache(maxsize=MAX_CHARGRAM_WORD_CHARS)
+def _unit_weights(chars: int) -> _Floats:
+    """The unsigned weights of a word of `chars` characters: WORD_WEIGHT, then its n-grams'.
+
+    They depend on the length alone: a word never holds "<", so only the n-grams that start it
+    start with one (and are boosted)."""
+    grams = _chargrams("x" * chars)
     boosts = np.array([PREFIX_BOOST if gram[0] == "<" else 1.0 for gram in grams])
-    hashes = [_stable_hash(f"w:{word}"), *(_stable_hash(f"c:{gram}") for gram in grams)]
-    indices = np.array([h % dim for h in hashes], dtype=np.intp)
-    signs = np.array([1.0 if h >> 63 else -1.0 for h in hashes])
-    weights = np.concatenate(([WORD_WEIGHT], boosts * CHARGRAM_WEIGHT / np.linalg.norm(boosts)))
-    return indices, signs * weights, hashes[0]
+    return np.concatenate(([WORD_WEIGHT], boosts * CHARGRAM_WEIGHT / np.linalg.norm(boosts)))
 
 
 def _chargrams(word: str) -> list[str]:
@@ -207,9 +216,12 @@ def _chargrams(word: str) -> list[str]:
     ] or [padded]
 
 
-def _stable_hash(name: str) -> int:
-    digest = hashlib.blake2b(name.encode("utf-8", "surrogatepass"), digest_size=8).digest()
-    return int.from_bytes(digest, "little")
+def _stable_hashes(names: list[str]) -> _Hashes:
+    """The first 8 bytes of each name's blake2b digest, as a little-endian unsigned integer."""
+    digests = [
+        blake2b(name.encode("utf-8", "surrogatepass"), digest_size=8).digest() for name in names
+    ]
+    return np.frombuffer(b"".join(digests), dtype=_LITTLE_U64).astype(np.uint64, copy=False)
 
 
 def _bigram_hash(left: _Hashes, right: _Hashes) -> _Hashes:
