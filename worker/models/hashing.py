@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import functools
 import logging
+import math
 import re
 from collections import Counter
 from collections.abc import Sequence
@@ -114,21 +115,21 @@ class HashingEmbedder:
         return self._embed_batch(word_lists)
 
     def _embed_short(self, words: list[str]) -> Vector:
-        """One short text's row (a query's) with a few numpy calls instead of the batch path's
-        many; every cell is summed in the batch path's order, so the bits are the same."""
+        """One short text's row (a query's) in a handful of numpy calls instead of the batch
+        path's many, with its bits: bincount sums each cell in the order of its entries, and these
+        are the words' features, as in `_add_words`, then the cell's bigram total."""
         counts = Counter(words)
         features = {word: self._features(word) for word in counts}
         weights = [
             weights if tf == 1 else weights * _damp(tf)
             for (_, weights, _), tf in zip(features.values(), counts.values(), strict=True)
         ]
-        cells = np.concatenate([feature[0] for feature in features.values()])
-        # float64 with weights, whatever numpy's stubs say
-        row = cast(_Floats, np.bincount(cells, np.concatenate(weights), minlength=self.dim))
         bigrams = _bigram_cells([features[word][2] for word in words], self.dim)
-        for cell, weight in bigrams.items():
-            row[cell] += weight
-        return _normalise(row.reshape(1, self.dim))
+        cells = [feature[0] for feature in features.values()]
+        cells.append(np.array(list(bigrams), dtype=np.intp))
+        weights.append(np.array(list(bigrams.values())))
+        row = np.bincount(np.concatenate(cells), np.concatenate(weights), minlength=self.dim)
+        return _normalise_row(cast(_Floats, row))  # float64 with weights, whatever the stubs say
 
     def _embed_batch(self, word_lists: list[list[str]]) -> Vector:
         unique: list[_WordFeatures] = []
@@ -186,6 +187,12 @@ def _normalise(matrix: _Floats) -> Vector:
     norms = np.sqrt(np.add.reduce(matrix * matrix, axis=1, keepdims=True))
     np.divide(matrix, norms, out=matrix, where=norms > 0)
     return np.ascontiguousarray(matrix, dtype=np.float32)
+
+
+def _normalise_row(row: _Floats) -> Vector:
+    """`_normalise` of one row in fewer numpy calls: the same sum, square root and quotients."""
+    norm = math.sqrt(np.add.reduce(row * row))
+    return np.divide(row, norm or 1.0, out=np.empty((1, row.size), dtype=np.float32))
 
 
 def _word_features(word: str, dim: int) -> _WordFeatures:
