@@ -21,7 +21,7 @@ import logging
 import math
 import re
 from collections import Counter
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from hashlib import blake2b
 from typing import Protocol, cast
 
@@ -109,10 +109,12 @@ class HashingEmbedder:
 
     def embed(self, texts: Sequence[str]) -> Vector:
         """Embed `texts` into an (n, dim) float32 array of L2-normalised (or all-zero) rows."""
-        word_lists = [_words(text) for text in texts]
-        if len(word_lists) == 1 and 0 < len(word_lists[0]) <= SHORT_TEXT_WORDS:
-            return self._embed_short(word_lists[0])
-        return self._embed_batch(word_lists)
+        if len(texts) != 1:
+            return self._embed_batch(map(_words, texts))
+        words = _words(texts[0])
+        if 0 < len(words) <= SHORT_TEXT_WORDS:
+            return self._embed_short(words)
+        return self._embed_batch([words])
 
     def _embed_short(self, words: list[str]) -> Vector:
         """One short text's row (a query's) in a handful of numpy calls instead of the batch
@@ -131,7 +133,9 @@ class HashingEmbedder:
         row = np.bincount(np.concatenate(cells), np.concatenate(weights), minlength=self.dim)
         return _normalise_row(cast(_Floats, row))  # float64 with weights, whatever the stubs say
 
-    def _embed_batch(self, word_lists: list[list[str]]) -> Vector:
+    def _embed_batch(self, word_lists: Iterable[list[str]]) -> Vector:
+        """The rows of many texts, given their words lazily: each text is tokenised just before
+        its words are counted and looked up, while its strings are still in the CPU's caches."""
         unique: list[_WordFeatures] = []
         tfs: list[int] = []
         unique_per_text: list[int] = []
@@ -145,11 +149,11 @@ class HashingEmbedder:
             unique_per_text.append(len(counts))
             hashes.extend([features[word][2] for word in words])
             words_per_text.append(len(words))
-        matrix = np.zeros(len(word_lists) * self.dim)
+        matrix = np.zeros(len(words_per_text) * self.dim)
         if unique:
             self._add_words(matrix, unique, np.asarray(tfs), _rows(unique_per_text))
             self._add_bigrams(matrix, np.array(hashes, dtype=np.uint64), _rows(words_per_text))
-        return _normalise(matrix.reshape(len(word_lists), self.dim))
+        return _normalise(matrix.reshape(len(words_per_text), self.dim))
 
     def _add_words(
         self, matrix: _Floats, unique: list[_WordFeatures], tfs: _Index, rows: _Index
