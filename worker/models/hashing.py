@@ -46,8 +46,9 @@ CHARGRAM_SIZES = (3, 4, 5)
 MAX_CHARGRAM_WORD_CHARS = 32
 #: per-embedder cache size of feature key -> (bucket indices, signed weights)
 FEATURE_CACHE_SIZE = 1 << 16
-#: one text of at most this many words (a query) takes `_embed_short`, not the batch path
-SHORT_TEXT_WORDS = 24
+#: one text of at most this many words (a query, a short note) takes `_embed_short`, not the
+#: batch path; its Python loop over bigrams is still the faster of the two up to ~128 words
+SHORT_TEXT_WORDS = 64
 #: a small English stop-word list; a text made only of stop words keeps them
 STOP_WORDS = frozenset(
     """
