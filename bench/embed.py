@@ -5,9 +5,12 @@ Run from the repo root: ``PYTHONPATH=. .venv/bin/python bench/embed.py --base /t
 (a checkout of the base, e.g. ``git worktree add /tmp/base-tree main``; about a minute). Without
 ``--base`` only this tree is measured.
 
-Each measurement runs in a process of its own (this script with ``--measure``, its
+Each measurement runs in a process of its own (this script with ``--measure KIND``, its
 ``PYTHONPATH`` and working directory the tree), in rounds ordered base, head, head, base, and
-reports CPU time (``time.process_time``), the best of ``REPEAT`` passes:
+reports CPU time (``time.process_time``), the best of ``REPEAT`` passes. A process measures one
+kind only: timed after the query passes in the same process, the batch moved by up to ~4 us per
+note between versions whose batch code was the same (the heap the queries left behind), which
+would hide a real difference:
 
 - ``query_us``: ``embed([query])`` of 1,000 ``Corpus(9).query()`` (3-6 words), per query, once
   every word is in the feature cache (a search of words seen before);
@@ -38,10 +41,16 @@ NOTES = 2_560  #: notes per pass
 BATCH = 256  #: notes per embed call (the worker's default ingest batch)
 REPEAT = 5  #: passes per measurement; the best counts
 ROUNDS = 3  #: rounds of base, head, head, base
+KINDS = (
+    "query_us",
+    "new_query_us",
+    "batch_note_us",
+)  #: what is measured, each in its own processes
 
 
-def measure() -> dict[str, float | str]:
-    """Time this tree's HashingEmbedder (the one on sys.path) and digest its vectors."""
+def measure(kind: str) -> dict[str, float | str]:
+    """Time one kind of call of this tree's HashingEmbedder (the one on sys.path), in a fresh
+    process, and digest every vector it gives."""
     from bench.foundation import Corpus
     from worker.models.hashing import HashingEmbedder
 
@@ -64,12 +73,13 @@ def measure() -> dict[str, float | str]:
         for start in range(0, NOTES, BATCH):
             embedder.embed(notes[start : start + BATCH])
 
-    return {
-        "query_us": best_us(lambda: one(False), QUERIES),
-        "new_query_us": best_us(lambda: one(True), QUERIES),
-        "batch_note_us": best_us(batches, NOTES),
-        "digest": digest.hexdigest(),
+    runs = {
+        "query_us": (lambda: one(False), QUERIES),
+        "new_query_us": (lambda: one(True), QUERIES),
+        "batch_note_us": (batches, NOTES),
     }
+    run, items = runs[kind]
+    return {kind: best_us(run, items), "digest": digest.hexdigest()}
 
 
 def best_us(run: Callable[[], None], items: int) -> float:
@@ -82,11 +92,11 @@ def best_us(run: Callable[[], None], items: int) -> float:
     return min(times) / items * 1e6
 
 
-def run_tree(tree: Path) -> dict[str, float | str]:
+def run_tree(tree: Path, kind: str) -> dict[str, float | str]:
     """One measurement of ``tree``'s code in a process of its own."""
     env = dict(os.environ, PYTHONPATH=str(tree))
     out = subprocess.run(
-        [sys.executable, __file__, "--measure"],
+        [sys.executable, __file__, "--measure", kind],
         cwd=tree,
         env=env,
         capture_output=True,
@@ -100,27 +110,29 @@ def run_tree(tree: Path) -> dict[str, float | str]:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--base", type=Path, help="a checkout of the code to compare with")
-    parser.add_argument("--measure", action="store_true", help=argparse.SUPPRESS)
+    parser.add_argument("--measure", choices=KINDS, help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.measure:
-        print(json.dumps(measure()))
+        print(json.dumps(measure(args.measure)))
         return
     trees = {"head": ROOT} if args.base is None else {"base": args.base, "head": ROOT}
     runs: dict[str, list[dict[str, float | str]]] = {name: [] for name in trees}
     order = ["base", "head", "head", "base"] if args.base else ["head"]
     for _ in range(ROUNDS):
-        for name in order:
-            runs[name].append(run_tree(trees[name]))
+        for kind in KINDS:
+            for name in order:
+                runs[name].append(run_tree(trees[name], kind))
     report(runs)
 
 
 def report(runs: dict[str, list[dict[str, float | str]]]) -> None:
     """Print the median of each measurement per tree, and whether the vectors agree."""
-    print(f"load {os.getloadavg()[0]:.2f}; CPU us, median of {len(runs['head'])} processes")
+    processes = len(runs["head"]) // len(KINDS)
+    print(f"load {os.getloadavg()[0]:.2f}; CPU us, median of {processes} processes")
     for name, results in runs.items():
         cells = [
-            f"{key} {statistics.median(float(r[key]) for r in results):.1f}"
-            for key in ("query_us", "new_query_us", "batch_note_us")
+            f"{key} {statistics.median(float(r[key]) for r in results if key in r):.1f}"
+            for key in KINDS
         ]
         print(f"{name:5} " + "  ".join(cells))
     digests = {str(r["digest"]) for results in runs.values() for r in results}
