@@ -119,8 +119,9 @@ class HashingEmbedder:
 
     def _embed_short(self, words: list[str]) -> Vector:
         """One short text's row (a query's) in a handful of numpy calls instead of the batch
-        path's many, with its bits: bincount sums each cell in the order of its entries, and these
-        are the words' features, as in `_add_words`, then the cell's bigram total."""
+        path's many, with the batch path's bits: bincount sums each cell in the order of its
+        entries, and these are the words' features, as in `_add_words`, then the cell's bigram
+        total."""
         counts = Counter(words)
         features = {word: self._features(word) for word in counts}
         weights = [
@@ -188,7 +189,7 @@ def _rows(counts_per_text: list[int]) -> _Index:
 
 
 def _normalise(matrix: _Floats) -> Vector:
-    # the sums np.linalg.norm(matrix, axis=1) takes, without its checks (a query pays for them)
+    # the sums np.linalg.norm(matrix, axis=1) takes, written out as `_normalise_row` does
     norms = np.sqrt(np.add.reduce(matrix * matrix, axis=1, keepdims=True))
     np.divide(matrix, norms, out=matrix, where=norms > 0)
     return np.ascontiguousarray(matrix, dtype=np.float32)
