@@ -1,5 +1,6 @@
 from __future__ import annotations
 
+import hashlib
 import os
 import subprocess
 import sys
@@ -9,11 +10,13 @@ from pathlib import Path
 import numpy as np
 import numpy.typing as npt
 import pytest
-from hypothesis import given
+from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from tests.strategies import texts as odd_texts
+from worker.models import hashing
 from worker.models.factory import load_embedder
-from worker.models.hashing import Embedder, HashingEmbedder
+from worker.models.hashing import SHORT_TEXT_WORDS, STOP_WORDS, Embedder, HashingEmbedder
 
 ROOT = Path(__file__).resolve().parents[2]
 SAMPLE = "Deploy the auth service to production; rollback if the health check fails."
@@ -83,6 +86,25 @@ def make_embedless() -> object:
 
 
 NOT_A_FACTORY = 42
+#: words a query is made of: stop words, repeats of a few, long ones, unicode ones, digits
+QUERY_WORDS = [
+    *sorted(STOP_WORDS)[:12],
+    "deploy",
+    "deployment",
+    "redis",
+    "auth",
+    "x",
+    "42",
+    "na\u00efve",
+    "stra\u00dfe",
+    "\u65e5\u672c\u8a9e",
+    "\u0130stanbul",
+    "supercalifragilisticexpialidocious-and-then-some",
+    "a" * 70,
+]
+query_texts = st.lists(
+    st.sampled_from(QUERY_WORDS) | st.text(min_size=1, max_size=12), max_size=SHORT_TEXT_WORDS + 4
+).map(" ".join)
 
 
 def cosine(embedder: Embedder, left: str, right: str) -> float:
@@ -149,7 +171,25 @@ def test_row_does_not_depend_on_the_rest_of_the_batch() -> None:
     texts = [SAMPLE, "", "deploy deploy deploy again", "one", SAMPLE.upper()]
     batch = embedder.embed(texts)
     for text, row in zip(texts, batch, strict=True):
-        np.testing.assert_allclose(row, embedder.embed([text])[0], atol=1e-6)
+        assert row.tobytes() == embedder.embed([text])[0].tobytes()
+
+
+@settings(max_examples=400, deadline=None)
+@given(query_texts | odd_texts, st.sampled_from([8, 64, 256]))
+def test_one_short_text_embeds_to_the_bits_of_the_batch_path(text: str, dim: int) -> None:
+    embedder = HashingEmbedder(dim)
+    one = embedder.embed([text])
+    assert one.shape == (1, dim)
+    assert one.flags.c_contiguous
+    assert one.tobytes() == embedder.embed([text, SAMPLE])[:1].tobytes()
+
+
+@settings(max_examples=50, deadline=None)
+@given(st.lists(st.sampled_from(QUERY_WORDS), min_size=1, max_size=3), st.integers(2, 8))
+def test_repeated_words_damp_alike_on_both_paths(words: list[str], times: int) -> None:
+    embedder = HashingEmbedder(64)
+    text = " ".join(words * times)
+    assert embedder.embed([text]).tobytes() == embedder.embed([text, ""])[:1].tobytes()
 
 
 def test_case_and_punctuation_do_not_change_the_vector() -> None:
@@ -232,3 +272,27 @@ def test_load_embedder_import_path_calls_the_factory() -> None:
 def test_load_embedder_rejects_bad_specs_with_value_error(spec: str, message: str) -> None:
     with pytest.raises(ValueError, match=message):
         load_embedder(spec, 64)
+
+
+def reference_features(word: str, dim: int) -> tuple[list[int], list[float], int]:
+    """A word's features as the module docstring defines them, one feature at a time."""
+    padded = f"<{word[: hashing.MAX_CHARGRAM_WORD_CHARS]}>"
+    grams = [padded[i : i + n] for n in hashing.CHARGRAM_SIZES for i in range(len(padded) - n + 1)]
+    boosts = np.array([hashing.PREFIX_BOOST if gram[0] == "<" else 1.0 for gram in grams])
+    weights = [hashing.WORD_WEIGHT, *(boosts * hashing.CHARGRAM_WEIGHT / np.linalg.norm(boosts))]
+    names = [f"w:{word}", *(f"c:{gram}" for gram in grams)]
+    digests = [
+        hashlib.blake2b(name.encode("utf-8", "surrogatepass"), digest_size=8).digest()
+        for name in names
+    ]
+    hashes = [int.from_bytes(digest, "little") for digest in digests]
+    signed = [weight if h >> 63 else -weight for h, weight in zip(hashes, weights, strict=True)]
+    return [h % dim for h in hashes], signed, hashes[0]
+
+
+@settings(max_examples=300, deadline=None)
+@given(query_texts | odd_texts, st.sampled_from([8, 256]))
+def test_word_features_are_those_of_their_definition(text: str, dim: int) -> None:
+    for word in hashing._words(text):
+        indices, weights, word_hash = hashing._word_features(word, dim)
+        assert (indices.tolist(), weights.tolist(), word_hash) == reference_features(word, dim)
