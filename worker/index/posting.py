@@ -16,7 +16,7 @@ the lower seq (``MARGIN`` covers the rounding of sums taken in another order).
 
 from __future__ import annotations
 
-import itertools
+import math
 from array import array
 from collections.abc import Sequence
 from typing import NamedTuple
@@ -49,6 +49,11 @@ SCATTER_COST = 10
 #: Comparisons with the floor allow this relative slack, far more than the rounding of summing a
 #: note's weights in another order can make.
 MARGIN = 1e-9
+#: Up to this many totals are ranked by one sort; more are first cut at the k-th best by a
+#: partition, which then costs less than sorting them all (measured: about 800).
+SORT_MAX = 512
+#: The least positive float: a total counts when it reaches it.
+LEAST = math.ulp(0.0)
 
 
 class Bm25(NamedTuple):
@@ -252,29 +257,43 @@ def _best(seqs: Ints, totals: Floats, k: int) -> list[tuple[int, float]]:
 def _every(
     postings: list[PostingArrays], scales: list[float], bm25: Bm25, k: int, scratch: Floats
 ) -> list[tuple[int, float]]:
-    """``top`` by summing every entry: the k best positive totals, ties by the lower seq. A
-    total is at least any of its shares, so the k-th largest share of one term is a floor under
-    the k-th best total, and only the seqs whose total reaches it can be among the k best (the
-    floor comes from the term scaled most among those with k entries or more)."""
+    """``top`` by summing every entry: the k best positive totals, ties by the lower seq. Each
+    seq's weights are summed in query order from 0, by bincount or in ``scratch``; only the
+    seqs whose total reaches ``_floor`` are ranked."""
+    lengths = [len(a.seqs) for a in postings]
     every = np.concatenate([a.seqs for a in postings])
-    weights = np.empty(len(every))
-    ends = list(itertools.accumulate(len(a.seqs) for a in postings))
-    for a, scale, end in zip(postings, scales, ends, strict=True):
-        np.multiply(a.weights(bm25), scale, out=weights[end - len(a.seqs) : end])
-    wide = [i for i, a in enumerate(postings) if len(a.seqs) >= k]
-    floor = 0.0
-    if wide:
-        i = max(wide, key=scales.__getitem__)
-        part = weights[ends[i] - len(postings[i].seqs) : ends[i]]
-        floor = float(np.partition(part, -k)[-k])
+    weights = np.concatenate([a.weights(bm25) for a in postings])
+    weights *= np.repeat(scales, lengths)  # each entry times its term's scale
+    floor = _floor(weights, lengths, scales, k)
     if len(scratch) > SPARSE_MIN and len(every) * SCATTER_COST < len(scratch):
         seqs, totals = _sum_scattered(every, weights, floor, scratch)
     else:
-        # each seq's weights summed in query order (weighted bincount gives floats)
-        by_seq = np.asarray(np.bincount(every, weights=weights), dtype=np.float64)
-        seqs = np.flatnonzero(by_seq >= floor) if wide else np.unique(every)
+        by_seq = np.asarray(np.bincount(every, weights=weights), np.float64)  # floats: weighted
+        seqs = np.flatnonzero(by_seq >= floor)
         totals = by_seq[seqs]
-    return _best(seqs, totals, k)
+    return _ranked(seqs, totals, k)
+
+
+def _floor(weights: Floats, lengths: list[int], scales: list[float], k: int) -> float:
+    """At most the k-th best total, and positive: a total is at least any of its shares, so the
+    k-th largest share of one term (the one scaled most among those with k entries or more) is
+    under the k-th best total. With no such term, the least positive float."""
+    wide = [i for i, n in enumerate(lengths) if n >= k]
+    if not wide:
+        return LEAST
+    i = max(wide, key=scales.__getitem__)
+    end = sum(lengths[: i + 1])
+    return max(float(np.partition(weights[end - lengths[i] : end], -k)[-k]), LEAST)
+
+
+def _ranked(seqs: Ints, totals: Floats, k: int) -> list[tuple[int, float]]:
+    """The k best of ``seqs`` (ascending) by their ``totals``, best first, ties by the lower
+    seq (a stable sort keeps the lower first)."""
+    if len(totals) > max(k, SORT_MAX):
+        kept = np.flatnonzero(totals >= np.partition(totals, -k)[-k])
+        seqs, totals = seqs[kept], totals[kept]
+    order = np.argsort(-totals, kind="stable")[:k]
+    return list(zip(seqs[order].tolist(), totals[order].tolist(), strict=True))
 
 
 def _sum_scattered(
