@@ -7,12 +7,12 @@ snapshots as each note's term counts.
 
 from __future__ import annotations
 
-import heapq
 import math
 import threading
 from collections import Counter
 from collections.abc import Iterable
 from functools import lru_cache
+from operator import itemgetter
 
 import numpy as np
 import snowballstemmer
@@ -193,7 +193,8 @@ class LexicalIndex:
         peak = max(mass.values(), default=1.0)
         if 0 < max_notes < len(self.docs):
             mass = {t: m for t, m in mass.items() if self._postings[t].df <= max_notes}
-        for term, value in heapq.nlargest(feedback_terms, mass.items(), key=lambda item: item[1]):
+        by_mass = sorted(mass.items(), key=itemgetter(1), reverse=True)  # ties: first seen first
+        for term, value in by_mass[:feedback_terms]:
             query[term] = weight * value / peak
         return query
 
@@ -204,8 +205,9 @@ class LexicalIndex:
         total = sum(score for _, score in top) or 1.0
         mass: dict[str, float] = {}
         for seq, score in top:
+            share = score / total
             length = float(self._lengths[seq]) or 1.0
             for term, tf in self.docs[seq].items():
                 if term not in query:
-                    mass[term] = mass.get(term, 0.0) + (score / total) * tf / length
+                    mass[term] = mass.get(term, 0.0) + share * tf / length
         return mass
