@@ -1,6 +1,7 @@
 """BM25 top-k over posting arrays: MaxScore gives exactly the exhaustive sum's k best and scores,
 on random indexes, as notes come and go, through both ways of looking notes up, and the
-exhaustive sum gives the same by bincount and in the scratch array: those of a plain sum."""
+exhaustive sum gives the same by bincount (its totals scanned or read at the entries) and in the
+scratch array: those of a plain sum."""
 
 from __future__ import annotations
 
@@ -21,16 +22,21 @@ from worker.index.lexical import LexicalIndex
 
 @contextmanager
 def scored_by(
-    way: str, bisect_cost: int = posting.BISECT_COST, scatter_cost: int = posting.SCATTER_COST
+    way: str,
+    bisect_cost: int = posting.BISECT_COST,
+    scatter_cost: int = posting.SCATTER_COST,
+    gather_min: int = posting.GATHER_MIN,
 ) -> Iterator[None]:
     """Every search by MaxScore (``way="maxscore"``) or by summing every entry (in the scratch
-    array with ``scatter_cost=0``, by bincount with a huge one)."""
+    array with ``scatter_cost=0``, by bincount with a huge one; its totals read back at the
+    entries with ``gather_min`` far below minus ``GATHER_COST`` per entry)."""
     sparse = (0, 0) if way == "maxscore" else (1 << 62, 0)
     with (
         mock.patch.object(posting, "SPARSE", sparse[0]),
         mock.patch.object(posting, "SPARSE_MIN", sparse[1]),
         mock.patch.object(posting, "BISECT_COST", bisect_cost),
         mock.patch.object(posting, "SCATTER_COST", scatter_cost),
+        mock.patch.object(posting, "GATHER_MIN", gather_min),
     ):
         yield
 
@@ -70,6 +76,8 @@ def test_maxscore_and_both_sums_give_the_same_top_k_exactly(seed, notes, vocab, 
         query = random_query(rng, vocab)
         expected = plain_search(index, query, k)
         with scored_by("every", scatter_cost=1 << 40):
+            assert index.search_weighted(query, k) == expected
+        with scored_by("every", scatter_cost=1 << 40, gather_min=-(1 << 40)):
             assert index.search_weighted(query, k) == expected
         with scored_by("every", scatter_cost=0):
             assert index.search_weighted(query, k) == expected
