@@ -7,12 +7,12 @@ snapshots as each note's term counts.
 
 from __future__ import annotations
 
+import itertools
 import math
 import threading
 from collections import Counter
 from collections.abc import Iterable
 from functools import lru_cache
-from operator import itemgetter
 
 import numpy as np
 import snowballstemmer
@@ -191,11 +191,12 @@ class LexicalIndex:
             return query
         mass = self._feedback_mass(query, feedback_docs)
         peak = max(mass.values(), default=1.0)
+        # most first, ties in the order seen; df read only until enough terms are chosen
+        by_mass: Iterable[str] = sorted(mass, key=mass.__getitem__, reverse=True)
         if 0 < max_notes < len(self.docs):
-            mass = {t: m for t, m in mass.items() if self._postings[t].df <= max_notes}
-        by_mass = sorted(mass.items(), key=itemgetter(1), reverse=True)  # ties: first seen first
-        for term, value in by_mass[:feedback_terms]:
-            query[term] = weight * value / peak
+            by_mass = (t for t in by_mass if self._postings[t].df <= max_notes)
+        for term in itertools.islice(by_mass, feedback_terms):
+            query[term] = weight * mass[term] / peak
         return query
 
     def _feedback_mass(self, query: dict[str, float], feedback_docs: int) -> dict[str, float]:
