@@ -269,7 +269,7 @@ def _every(
     lengths = [len(a.seqs) for a in postings]
     every = np.concatenate([a.seqs for a in postings])
     weights = np.concatenate([a.weights(bm25) for a in postings])
-    weights *= np.repeat(scales, lengths)  # each entry times its term's scale
+    weights *= np.array(scales).repeat(lengths)  # each entry times its term's scale
     floor = _floor(weights, lengths, scales, k)
     if len(scratch) > SPARSE_MIN and len(every) * SCATTER_COST < len(scratch):
         seqs, totals = _sum_scattered(every, weights, floor, scratch)
@@ -278,7 +278,7 @@ def _every(
         if len(every) * GATHER_COST + GATHER_MIN < len(by_seq):
             seqs, totals = _reaching(every, by_seq[every], floor)
         else:
-            seqs = np.flatnonzero(by_seq >= floor)
+            seqs = (by_seq >= floor).nonzero()[0]
             totals = by_seq[seqs]
     return _ranked(seqs, totals, k)
 
@@ -301,7 +301,7 @@ def _ranked(seqs: Ints, totals: Floats, k: int) -> list[tuple[int, float]]:
     if len(totals) > max(k, SORT_MAX):
         kept = np.flatnonzero(totals >= np.partition(totals, -k)[-k])
         seqs, totals = seqs[kept], totals[kept]
-    order = np.argsort(-totals, kind="stable")[:k]
+    order = (-totals).argsort(kind="stable")[:k]
     return list(zip(seqs[order].tolist(), totals[order].tolist(), strict=True))
 
 
