@@ -26,10 +26,12 @@ def scored_by(
     bisect_cost: int = posting.BISECT_COST,
     scatter_cost: int = posting.SCATTER_COST,
     gather_min: int = posting.GATHER_MIN,
+    repeat_max: int = posting.REPEAT_MAX,
 ) -> Iterator[None]:
     """Every search by MaxScore (``way="maxscore"``) or by summing every entry (in the scratch
     array with ``scatter_cost=0``, by bincount with a huge one; its totals read back at the
-    entries with ``gather_min`` far below minus ``GATHER_COST`` per entry)."""
+    entries with ``gather_min`` far below minus ``GATHER_COST`` per entry); the weights scaled
+    term by term with ``repeat_max=0``."""
     sparse = (0, 0) if way == "maxscore" else (1 << 62, 0)
     with (
         mock.patch.object(posting, "SPARSE", sparse[0]),
@@ -37,6 +39,7 @@ def scored_by(
         mock.patch.object(posting, "BISECT_COST", bisect_cost),
         mock.patch.object(posting, "SCATTER_COST", scatter_cost),
         mock.patch.object(posting, "GATHER_MIN", gather_min),
+        mock.patch.object(posting, "REPEAT_MAX", repeat_max),
     ):
         yield
 
@@ -79,7 +82,7 @@ def test_maxscore_and_both_sums_give_the_same_top_k_exactly(seed, notes, vocab, 
             assert index.search_weighted(query, k) == expected
         with scored_by("every", scatter_cost=1 << 40, gather_min=-(1 << 40)):
             assert index.search_weighted(query, k) == expected
-        with scored_by("every", scatter_cost=0):
+        with scored_by("every", scatter_cost=0, repeat_max=0):
             assert index.search_weighted(query, k) == expected
             assert not index._scratch.any()  # left all zeros
         with scored_by("maxscore", bisect_cost):
