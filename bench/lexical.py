@@ -2,8 +2,8 @@
 memory, searched as a search's lexical channel does it, by two versions of the code at once.
 
 Run from the repo root: ``PYTHONPATH=. .venv/bin/python bench/lexical.py`` (default sizes
-10,000, 100,000 and 1,000,000 notes: about 6 minutes on the 2-core host, 3 GB of memory per
-version at 1M). The notes are ``foundation.py``'s seeded ``Corpus`` (Zipf words, ~200-byte
+1,000, 10,000, 100,000 and 1,000,000 notes: about 6 minutes on the 2-core host, 3 GB of memory
+per version at 1M). The notes are ``foundation.py``'s seeded ``Corpus`` (Zipf words, ~200-byte
 notes), analysed once by this tree's ``analyze``; the queries are 1,000 ``Corpus.query()``.
 
 ``--base REV`` (default ``main``) is extracted with ``git archive`` (``worker/`` and
@@ -11,7 +11,8 @@ notes), analysed once by this tree's ``analyze``; the queries are 1,000 ``Corpus
 with ``--serve``, its ``PYTHONPATH`` the version's tree), fed the same analysed notes. For each
 size both build the index (memory traced by ``tracemalloc``: after the notes are added, and
 after one untimed pass of the queries, which builds the posting arrays they need), then time
-each query on its own in rounds of ``ROUND`` queries, in the order base, head, head, base.
+each query on its own (wall clock, and the thread's CPU time, which other processes on a shared
+host disturb less) in rounds of ``ROUND`` queries, in the order base, head, head, base.
 A query is what ``worker/search/retrieve.py`` ``_channels`` runs with the default settings:
 ``complete``, ``expand`` (feedback_docs, feedback_terms, feedback_weight) and
 ``search_weighted`` for search_candidates notes (and ``feedback_term_max_notes``, in versions
@@ -107,14 +108,15 @@ def serve(corpus: Path) -> None:
             tracemalloc.stop()
             reply = {"built_mib": built / 2**20, "warm_mib": warm / 2**20, "answers": answers}
         else:
-            samples, digests, read = [], [], []
+            samples, cpu, digests, read = [], [], [], []
             for terms in queries[request["start"] : request["stop"]]:
-                started = time.perf_counter_ns()
+                started, started_cpu = time.perf_counter_ns(), time.thread_time_ns()
                 found, query = one(terms)
                 samples.append(time.perf_counter_ns() - started)
+                cpu.append(time.thread_time_ns() - started_cpu)
                 digests.append(hashlib.sha1(repr(found).encode()).hexdigest())
                 read.append(entries(query))
-            reply = {"ns": samples, "digests": digests, "entries": read}
+            reply = {"ns": samples, "cpu_ns": cpu, "digests": digests, "entries": read}
         sys.stdout.write(json.dumps(reply) + "\n")
         sys.stdout.flush()
 
@@ -150,12 +152,14 @@ def percentile(samples: list[int], q: float) -> float:
 def measure(versions: list[Version], notes: int) -> dict[str, Any]:
     built = {v.name: v.ask(op="build", notes=notes) for v in versions}
     samples: dict[str, list[int]] = {v.name: [] for v in versions}
+    cpu: dict[str, list[int]] = {v.name: [] for v in versions}
     read: dict[str, list[int]] = {v.name: [0] * QUERIES for v in versions}
     digests: dict[str, list[str]] = {v.name: [""] * QUERIES for v in versions}
     for start in range(0, QUERIES, ROUND):
         for v in [*versions, *reversed(versions)]:
             reply = v.ask(op="time", start=start, stop=start + ROUND)
             samples[v.name] += reply["ns"]
+            cpu[v.name] += reply["cpu_ns"]
             digests[v.name][start : start + ROUND] = reply["digests"]
             read[v.name][start : start + ROUND] = reply["entries"]
     base, head = (v.name for v in versions)
@@ -165,6 +169,8 @@ def measure(versions: list[Version], notes: int) -> dict[str, Any]:
             "p50_ms": percentile(samples[name], 0.50),
             "p99_ms": percentile(samples[name], 0.99),
             "mean_ms": statistics.fmean(samples[name]) / 1e6,
+            "cpu_p50_ms": percentile(cpu[name], 0.50),
+            "cpu_mean_ms": statistics.fmean(cpu[name]) / 1e6,
             "entries_p50": statistics.median_low(read[name]),
             "entries_p99": sorted(read[name])[int(0.99 * QUERIES)],
             "built_mib": built[name]["built_mib"],
@@ -178,15 +184,18 @@ def report(rows: list[dict[str, Any]], base: str) -> str:
     lines = [
         f"base {base} vs head (working tree), {QUERIES} queries per size, {os.cpu_count()} cpus",
         "| notes | load | p50 base / head ms | p99 base / head ms | mean base / head ms "
+        "| CPU p50 base / head ms | CPU mean base / head ms "
         "| entries p50 base / head | entries p99 base / head "
         "| index MiB base / head | + posting arrays MiB base / head | same answers |",
-        "|---|---|---|---|---|---|---|---|---|---|",
+        "|---|---|---|---|---|---|---|---|---|---|---|---|",
     ]
     for r in rows:
         b, h = r["base"], r["head"]
         lines.append(
             f"| {r['notes']:,} | {r['load']} | {b['p50_ms']:.3f} / {h['p50_ms']:.3f} "
             f"| {b['p99_ms']:.3f} / {h['p99_ms']:.3f} | {b['mean_ms']:.3f} / {h['mean_ms']:.3f} "
+            f"| {b['cpu_p50_ms']:.3f} / {h['cpu_p50_ms']:.3f} "
+            f"| {b['cpu_mean_ms']:.3f} / {h['cpu_mean_ms']:.3f} "
             f"| {b['entries_p50']:,} / {h['entries_p50']:,} "
             f"| {b['entries_p99']:,} / {h['entries_p99']:,} "
             f"| {b['built_mib']:.0f} / {h['built_mib']:.0f} "
@@ -198,7 +207,9 @@ def report(rows: list[dict[str, Any]], base: str) -> str:
 
 def main(argv: Sequence[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=(__doc__ or "").split("\n\n")[0])
-    p.add_argument("--sizes", default="10000,100000,1000000", help="comma-separated note counts")
+    p.add_argument(
+        "--sizes", default="1000,10000,100000,1000000", help="comma-separated note counts"
+    )
     p.add_argument("--base", default="main", help="the git revision to compare with")
     p.add_argument("--output", type=Path, help="also write the markdown table here")
     p.add_argument("--serve", type=Path, help=argparse.SUPPRESS)

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import heapq
 import random
+from collections import Counter
 
 import pytest
 from hypothesis import given, settings
@@ -196,3 +198,75 @@ def test_complete_leaves_known_and_short_terms_alone():
     assert set(index.complete(["deployments"])) == {"deployments", "deploy"}
     index.remove(1)
     assert index.complete(["deployments"]) == {"deployments": 1.0}  # forgotten with its notes
+
+
+def plain_search(index: LexicalIndex, query: dict[str, float], k: int) -> list[tuple[int, float]]:
+    """BM25 summed note by note in Python floats, each note's weights in query order from 0, the
+    k best positive totals first, ties by the lower seq: the floats the index must give, bit
+    for bit (each weight is the same operations in the same order as posting.Bm25's)."""
+    n, k1, b = len(index.docs), index.k1, index.b
+    avgdl = max(index.total_len / max(n, 1), 1.0)
+    totals: dict[int, float] = {}
+    for term, weight in query.items():
+        notes = sorted(seq for seq, counts in index.docs.items() if term in counts)
+        scale = index.idf(term) * weight
+        for seq in notes if weight > 0 else ():
+            tf, length = float(index.docs[seq][term]), float(sum(index.docs[seq].values()))
+            bm25 = tf * (k1 + 1) / (tf + k1 * (1 - b + b * length / avgdl))
+            totals[seq] = totals.get(seq, 0.0) + bm25 * scale
+    ranked = sorted((-total, seq) for seq, total in totals.items() if total > 0)
+    return [(seq, -total) for total, seq in ranked[:k]]
+
+
+def plain_expand(
+    index: LexicalIndex, terms: dict[str, float], docs: int, n_terms: int, weight: float, bound: int
+) -> dict[str, float]:
+    """``LexicalIndex.expand`` as first written, over ``plain_search``."""
+    query = dict(terms)
+    top = plain_search(index, query, docs)
+    total = sum(score for _, score in top) or 1.0
+    mass: dict[str, float] = {}
+    for seq, score in top:
+        length = float(sum(index.docs[seq].values())) or 1.0
+        for term, tf in index.docs[seq].items():
+            if term not in query:
+                mass[term] = mass.get(term, 0.0) + (score / total) * tf / length
+    peak = max(mass.values(), default=1.0)
+    if 0 < bound < len(index.docs):
+        df = Counter(t for counts in index.docs.values() for t in counts)
+        mass = {t: m for t, m in mass.items() if df[t] <= bound}
+    for term, value in heapq.nlargest(n_terms, mass.items(), key=lambda item: item[1]):
+        query[term] = weight * value / peak
+    return query
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    seed=st.integers(0, 2**32 - 1),
+    notes=st.integers(1, 500),
+    vocab=st.integers(1, 80),
+    k=st.sampled_from((1, 3, 10, 50)),
+    feedback=st.tuples(st.integers(1, 5), st.integers(1, 12), st.sampled_from((0.3, 1.0, 2.5))),
+    bound=st.sampled_from((0, 1, 20, 8192)),
+)
+def test_the_channel_gives_the_plain_sum_bit_for_bit(seed, notes, vocab, k, feedback, bound):
+    """complete + expand + search_weighted as a search runs them, against the plain sums: the
+    same seqs in the same order with the same floats, also as notes come and go between
+    searches (what the index keeps from one search to the next is dropped then)."""
+    rng = random.Random(seed)
+    words = [f"w{i}" for i in range(vocab)]
+    zipf = [1 / (r + 1) for r in range(vocab)]
+    index = LexicalIndex()
+    for seq in range(notes):
+        index.add(seq, rng.choices(words, zipf, k=rng.randint(1, 25)))
+    for _ in range(8):
+        query = index.complete(rng.sample(words, rng.randint(1, min(6, vocab))))
+        query.update({rng.choice(words): rng.choice((1.0, 0.3, 0.02))})
+        for asked in (query, index.expand(query, *feedback, bound)):
+            assert index.search_weighted(asked, k) == plain_search(index, asked, k)
+        assert index.expand(query, *feedback, bound) == plain_expand(index, query, *feedback, bound)
+        for _ in range(rng.randint(0, 3)):  # notes come and go
+            seq = rng.randrange(notes + 5)
+            index.remove(seq)
+            if rng.random() < 0.7:
+                index.add(seq, rng.choices(words, zipf, k=rng.randint(1, 25)))

@@ -1,6 +1,7 @@
 """BM25 top-k over posting arrays: MaxScore gives exactly the exhaustive sum's k best and scores,
 on random indexes, as notes come and go, through both ways of looking notes up, and the
-exhaustive sum gives the same by bincount and in the scratch array."""
+exhaustive sum gives the same by bincount (its totals scanned or read at the entries) and in the
+scratch array: those of a plain sum."""
 
 from __future__ import annotations
 
@@ -14,22 +15,31 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from tests.unit.test_lexical import plain_search
 from worker.index import posting
 from worker.index.lexical import LexicalIndex
 
 
 @contextmanager
 def scored_by(
-    way: str, bisect_cost: int = posting.BISECT_COST, scatter_cost: int = posting.SCATTER_COST
+    way: str,
+    bisect_cost: int = posting.BISECT_COST,
+    scatter_cost: int = posting.SCATTER_COST,
+    gather_min: int = posting.GATHER_MIN,
+    repeat_max: int = posting.REPEAT_MAX,
 ) -> Iterator[None]:
     """Every search by MaxScore (``way="maxscore"``) or by summing every entry (in the scratch
-    array with ``scatter_cost=0``, by bincount with a huge one)."""
+    array with ``scatter_cost=0``, by bincount with a huge one; its totals read back at the
+    entries with ``gather_min`` far below minus ``GATHER_COST`` per entry); the weights scaled
+    term by term with ``repeat_max=0``."""
     sparse = (0, 0) if way == "maxscore" else (1 << 62, 0)
     with (
         mock.patch.object(posting, "SPARSE", sparse[0]),
         mock.patch.object(posting, "SPARSE_MIN", sparse[1]),
         mock.patch.object(posting, "BISECT_COST", bisect_cost),
         mock.patch.object(posting, "SCATTER_COST", scatter_cost),
+        mock.patch.object(posting, "GATHER_MIN", gather_min),
+        mock.patch.object(posting, "REPEAT_MAX", repeat_max),
     ):
         yield
 
@@ -67,9 +77,12 @@ def test_maxscore_and_both_sums_give_the_same_top_k_exactly(seed, notes, vocab, 
             index.add(seq, [f"w{rng.randrange(vocab)}" for _ in range(rng.randint(1, 9))])
     for _ in range(5):
         query = random_query(rng, vocab)
+        expected = plain_search(index, query, k)
         with scored_by("every", scatter_cost=1 << 40):
-            expected = index.search_weighted(query, k)
-        with scored_by("every", scatter_cost=0):
+            assert index.search_weighted(query, k) == expected
+        with scored_by("every", scatter_cost=1 << 40, gather_min=-(1 << 40)):
+            assert index.search_weighted(query, k) == expected
+        with scored_by("every", scatter_cost=0, repeat_max=0):
             assert index.search_weighted(query, k) == expected
             assert not index._scratch.any()  # left all zeros
         with scored_by("maxscore", bisect_cost):

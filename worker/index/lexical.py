@@ -7,7 +7,7 @@ snapshots as each note's term counts.
 
 from __future__ import annotations
 
-import heapq
+import itertools
 import math
 import threading
 from collections import Counter
@@ -17,7 +17,7 @@ from functools import lru_cache
 import numpy as np
 import snowballstemmer
 
-from worker.index.posting import Bm25, Floats, Floats32, Posting, top
+from worker.index.posting import Bm25, Floats, Floats32, Posting, PostingArrays, top
 from worker.text import STOPWORDS, tokenize
 
 K1 = 1.2  #: BM25 term-frequency saturation
@@ -61,7 +61,8 @@ class LexicalIndex:
     notes added or removed since in compact arrays and a set, which the next search of the term
     merges in. A search reads the arrays with the BM25 weights of the last search kept beside
     them (terms no search asks for get none), and on a large index reads a very common term's
-    posting only at the notes the query's other terms found."""
+    posting only at the notes the query's other terms found. The arrays and IDF of the terms
+    searched are kept at hand until a note comes or goes."""
 
     def __init__(self, k1: float = K1, b: float = B) -> None:
         self.k1 = k1
@@ -73,6 +74,8 @@ class LexicalIndex:
         self._scratch: Floats = np.zeros(0)  #: seq -> a search's partial total (zeros between)
         #: the first COMPLETE_MIN_CHARS characters -> the indexed terms that start with them
         self._heads: dict[str, set[str]] = {}
+        #: term -> its posting arrays and IDF, as searches read them since a note last came or went
+        self._read: dict[str, tuple[PostingArrays, float]] = {}
 
     def __len__(self) -> int:
         return len(self.docs)
@@ -80,6 +83,7 @@ class LexicalIndex:
     def add(self, seq: int, terms: Iterable[str]) -> None:
         """Index a note's terms (replacing what the seq had)."""
         self.remove(seq)
+        self._read.clear()
         counts = dict(Counter(terms))
         self.docs[seq] = counts
         length = sum(counts.values())
@@ -102,6 +106,7 @@ class LexicalIndex:
         counts = self.docs.pop(seq, None)
         if counts is None:
             return
+        self._read.clear()
         self.total_len -= sum(counts.values())
         for term in counts:
             posting = self._postings[term]
@@ -147,13 +152,23 @@ class LexicalIndex:
 
     def search_weighted(self, query: dict[str, float], k: int) -> list[tuple[int, float]]:
         """BM25 where each query term counts with its weight; best first, ties by seq."""
-        terms = [(t, w) for t, w in query.items() if t in self._postings and w > 0]
-        if not terms or k <= 0:
+        postings: list[PostingArrays] = []
+        scales: list[float] = []
+        for term, weight in query.items():
+            if weight > 0 and term in self._postings:
+                arrays, idf = self._read.get(term) or self._read_term(term)
+                postings.append(arrays)
+                scales.append(idf * weight)
+        if not postings or k <= 0:
             return []
-        postings = [self._postings[t].current(self._lengths) for t, _ in terms]
-        scales = [self.idf(t) * w for t, w in terms]
         bm25 = Bm25(self.k1, self.b, max(self.total_len / len(self.docs), 1.0))
         return top(postings, scales, bm25, k, self._scratch)
+
+    def _read_term(self, term: str) -> tuple[PostingArrays, float]:
+        """The term's posting arrays, brought up to date, and its IDF; kept until a note comes
+        or goes."""
+        read = self._read[term] = (self._postings[term].current(self._lengths), self.idf(term))
+        return read
 
     def expand(
         self,
@@ -176,10 +191,12 @@ class LexicalIndex:
             return query
         mass = self._feedback_mass(query, feedback_docs)
         peak = max(mass.values(), default=1.0)
+        # most first, ties in the order seen; df read only until enough terms are chosen
+        by_mass: Iterable[str] = sorted(mass, key=mass.__getitem__, reverse=True)
         if 0 < max_notes < len(self.docs):
-            mass = {t: m for t, m in mass.items() if self._postings[t].df <= max_notes}
-        for term, value in heapq.nlargest(feedback_terms, mass.items(), key=lambda item: item[1]):
-            query[term] = weight * value / peak
+            by_mass = (t for t in by_mass if self._postings[t].df <= max_notes)
+        for term in itertools.islice(by_mass, feedback_terms):
+            query[term] = weight * mass[term] / peak
         return query
 
     def _feedback_mass(self, query: dict[str, float], feedback_docs: int) -> dict[str, float]:
@@ -189,8 +206,9 @@ class LexicalIndex:
         total = sum(score for _, score in top) or 1.0
         mass: dict[str, float] = {}
         for seq, score in top:
+            share = score / total
             length = float(self._lengths[seq]) or 1.0
             for term, tf in self.docs[seq].items():
                 if term not in query:
-                    mass[term] = mass.get(term, 0.0) + (score / total) * tf / length
+                    mass[term] = mass.get(term, 0.0) + share * tf / length
         return mass

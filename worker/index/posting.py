@@ -16,7 +16,7 @@ the lower seq (``MARGIN`` covers the rounding of sums taken in another order).
 
 from __future__ import annotations
 
-import itertools
+import math
 from array import array
 from collections.abc import Sequence
 from typing import NamedTuple
@@ -46,9 +46,25 @@ BISECT_COST = 8
 #: entries' scattered passes per note, and less on a smaller index, whose array stays in cache
 #: (measured in bench/lexical.py).
 SCATTER_COST = 10
+#: Summed by bincount, the totals are read back at the query's entries (the seqs that reach the
+#: floor then found among them by a sort) when its array holds more than ``GATHER_MIN`` plus
+#: this many floats per entry; otherwise the seqs are found by scanning that array, which costs
+#: about a quarter of a nanosecond per note (measured at 10k-100k notes: 4% less at 100k).
+GATHER_COST = 12
+GATHER_MIN = 22_000
 #: Comparisons with the floor allow this relative slack, far more than the rounding of summing a
 #: note's weights in another order can make.
 MARGIN = 1e-9
+#: Up to this many entries are scaled in one multiply by their terms' scales repeated, which
+#: then costs less than a multiply per term; more are scaled term by term, which saves
+#: allocating and filling two more arrays of their length (measured: at 64,000 entries the
+#: repeat cost 16 times as much, at 200 a third as much).
+REPEAT_MAX = 8192
+#: Up to this many totals are ranked by one sort; more are first cut at the k-th best by a
+#: partition, which then costs less than sorting them all (measured: about 800).
+SORT_MAX = 512
+#: The least positive float: a total counts when it reaches it.
+LEAST = math.ulp(0.0)
 
 
 class Bm25(NamedTuple):
@@ -252,29 +268,63 @@ def _best(seqs: Ints, totals: Floats, k: int) -> list[tuple[int, float]]:
 def _every(
     postings: list[PostingArrays], scales: list[float], bm25: Bm25, k: int, scratch: Floats
 ) -> list[tuple[int, float]]:
-    """``top`` by summing every entry: the k best positive totals, ties by the lower seq. A
-    total is at least any of its shares, so the k-th largest share of one term is a floor under
-    the k-th best total, and only the seqs whose total reaches it can be among the k best (the
-    floor comes from the term scaled most among those with k entries or more)."""
+    """``top`` by summing every entry: the k best positive totals, ties by the lower seq. Each
+    seq's weights are summed in query order from 0, by bincount or in ``scratch``; only the
+    seqs whose total reaches ``_floor`` are ranked."""
+    lengths = [len(a.seqs) for a in postings]
     every = np.concatenate([a.seqs for a in postings])
-    weights = np.empty(len(every))
-    ends = list(itertools.accumulate(len(a.seqs) for a in postings))
-    for a, scale, end in zip(postings, scales, ends, strict=True):
-        np.multiply(a.weights(bm25), scale, out=weights[end - len(a.seqs) : end])
-    wide = [i for i, a in enumerate(postings) if len(a.seqs) >= k]
-    floor = 0.0
-    if wide:
-        i = max(wide, key=scales.__getitem__)
-        part = weights[ends[i] - len(postings[i].seqs) : ends[i]]
-        floor = float(np.partition(part, -k)[-k])
+    weights = _scaled(postings, scales, lengths, bm25)
+    floor = _floor(weights, lengths, scales, k)
     if len(scratch) > SPARSE_MIN and len(every) * SCATTER_COST < len(scratch):
         seqs, totals = _sum_scattered(every, weights, floor, scratch)
     else:
-        # each seq's weights summed in query order (weighted bincount gives floats)
-        by_seq = np.asarray(np.bincount(every, weights=weights), dtype=np.float64)
-        seqs = np.flatnonzero(by_seq >= floor) if wide else np.unique(every)
-        totals = by_seq[seqs]
-    return _best(seqs, totals, k)
+        by_seq = np.asarray(np.bincount(every, weights=weights), np.float64)  # floats: weighted
+        if len(every) * GATHER_COST + GATHER_MIN < len(by_seq):
+            seqs, totals = _reaching(every, by_seq[every], floor)
+        else:
+            seqs = (by_seq >= floor).nonzero()[0]
+            totals = by_seq[seqs]
+    return _ranked(seqs, totals, k)
+
+
+def _scaled(
+    postings: list[PostingArrays], scales: list[float], lengths: list[int], bm25: Bm25
+) -> Floats:
+    """Every entry's weight times its term's scale, in query order: up to ``REPEAT_MAX`` entries
+    in one multiply by the scales repeated, more term by term into one array."""
+    entries = sum(lengths)
+    if entries <= REPEAT_MAX:
+        weights = np.concatenate([a.weights(bm25) for a in postings])
+        weights *= np.array(scales).repeat(lengths)
+        return weights
+    weights = np.empty(entries)
+    end = 0
+    for a, scale, n in zip(postings, scales, lengths, strict=True):
+        np.multiply(a.weights(bm25), scale, out=weights[end : end + n])
+        end += n
+    return weights
+
+
+def _floor(weights: Floats, lengths: list[int], scales: list[float], k: int) -> float:
+    """At most the k-th best total, and positive: a total is at least any of its shares, so the
+    k-th largest share of one term (the one scaled most among those with k entries or more) is
+    under the k-th best total. With no such term, the least positive float."""
+    wide = [i for i, n in enumerate(lengths) if n >= k]
+    if not wide:
+        return LEAST
+    i = max(wide, key=scales.__getitem__)
+    end = sum(lengths[: i + 1])
+    return max(float(np.partition(weights[end - lengths[i] : end], -k)[-k]), LEAST)
+
+
+def _ranked(seqs: Ints, totals: Floats, k: int) -> list[tuple[int, float]]:
+    """The k best of ``seqs`` (ascending) by their ``totals``, best first, ties by the lower
+    seq (a stable sort keeps the lower first)."""
+    if len(totals) > max(k, SORT_MAX):
+        kept = np.flatnonzero(totals >= np.partition(totals, -k)[-k])
+        seqs, totals = seqs[kept], totals[kept]
+    order = (-totals).argsort(kind="stable")[:k]
+    return list(zip(seqs[order].tolist(), totals[order].tolist(), strict=True))
 
 
 def _sum_scattered(
@@ -288,6 +338,12 @@ def _sum_scattered(
         totals = scratch[every]  # a seq's total at each of its entries
     finally:
         scratch[every] = 0
+    return _reaching(every, totals, floor)
+
+
+def _reaching(every: Ints, totals: Floats, floor: float) -> tuple[Ints, Floats]:
+    """The seqs of ``every`` whose total (given at each of their entries) reaches ``floor``,
+    ascending, and those totals."""
     hit = np.flatnonzero(totals >= floor)
     seqs, first = np.unique(every[hit], return_index=True)
     return seqs, totals[hit][first]
