@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import functools
 import os
+import signal
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
@@ -41,6 +42,11 @@ def pytest_configure(config: pytest.Config) -> None:
     workers to their own Redis. ZQ_TEST_ variables stay."""
     for name in [n for n in os.environ if n.startswith("ZQ_") and not n.startswith("ZQ_TEST_")]:
         del os.environ[name]
+    if signal.getsignal(signal.SIGINT) == signal.SIG_IGN:
+        # A shell starts a background job (`./scripts/test &`) with SIGINT ignored, and every
+        # process the tests start would inherit that: the tests of Ctrl-C could not interrupt
+        # them. A handler, unlike an ignored signal, is not inherited across exec.
+        signal.signal(signal.SIGINT, signal.default_int_handler)
 
 
 @functools.cache
