@@ -200,6 +200,21 @@ def test_complete_leaves_known_and_short_terms_alone():
     assert index.complete(["deployments"]) == {"deployments": 1.0}  # forgotten with its notes
 
 
+def zipf_note(rng: random.Random, vocab: int) -> list[str]:
+    """One note's terms: 1 to 25 words of w0 ... w{vocab - 1} drawn by Zipf (a few terms in
+    most notes), with repeats."""
+    words = [f"w{i}" for i in range(vocab)]
+    return rng.choices(words, [1 / (r + 1) for r in range(vocab)], k=rng.randint(1, 25))
+
+
+def zipf_index(rng: random.Random, notes: int, vocab: int) -> LexicalIndex:
+    """``notes`` notes of ``zipf_note``'s terms, of varied lengths."""
+    index = LexicalIndex()
+    for seq in range(notes):
+        index.add(seq, zipf_note(rng, vocab))
+    return index
+
+
 def plain_search(index: LexicalIndex, query: dict[str, float], k: int) -> list[tuple[int, float]]:
     """BM25 summed note by note in Python floats, each note's weights in query order from 0, the
     k best positive totals first, ties by the lower seq: the floats the index must give, bit
@@ -255,10 +270,7 @@ def test_the_channel_gives_the_plain_sum_bit_for_bit(seed, notes, vocab, k, feed
     searches (what the index keeps from one search to the next is dropped then)."""
     rng = random.Random(seed)
     words = [f"w{i}" for i in range(vocab)]
-    zipf = [1 / (r + 1) for r in range(vocab)]
-    index = LexicalIndex()
-    for seq in range(notes):
-        index.add(seq, rng.choices(words, zipf, k=rng.randint(1, 25)))
+    index = zipf_index(rng, notes, vocab)
     for _ in range(8):
         query = index.complete(rng.sample(words, rng.randint(1, min(6, vocab))))
         query.update({rng.choice(words): rng.choice((1.0, 0.3, 0.02))})
@@ -269,4 +281,4 @@ def test_the_channel_gives_the_plain_sum_bit_for_bit(seed, notes, vocab, k, feed
             seq = rng.randrange(notes + 5)
             index.remove(seq)
             if rng.random() < 0.7:
-                index.add(seq, rng.choices(words, zipf, k=rng.randint(1, 25)))
+                index.add(seq, zipf_note(rng, vocab))

@@ -15,7 +15,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from tests.unit.test_lexical import plain_search
+from tests.unit.test_lexical import plain_search, zipf_index
 from worker.index import posting
 from worker.index.lexical import LexicalIndex
 
@@ -42,16 +42,6 @@ def scored_by(
         mock.patch.object(posting, "REPEAT_MAX", repeat_max),
     ):
         yield
-
-
-def zipf_index(rng: random.Random, notes: int, vocab: int) -> LexicalIndex:
-    """Notes of Zipf-drawn words (a few terms in most notes), with repeats and varied lengths."""
-    words = [f"w{i}" for i in range(vocab)]
-    weights = [1 / (r + 1) for r in range(vocab)]
-    index = LexicalIndex()
-    for seq in range(notes):
-        index.add(seq, rng.choices(words, weights, k=rng.randint(1, 25)))
-    return index
 
 
 def random_query(rng: random.Random, vocab: int) -> dict[str, float]:
