@@ -255,14 +255,12 @@ def top(
 
 
 def _best(seqs: Ints, totals: Floats, k: int) -> list[tuple[int, float]]:
-    """The k best of ``seqs`` with positive ``totals``, best first, ties by the lower seq."""
+    """The k best of ``seqs`` (in any order) with positive ``totals``, best first, ties by the
+    lower seq."""
     positive = totals > 0
     seqs, totals = seqs[positive], totals[positive]
-    if len(totals) > k:
-        kept = totals >= np.partition(totals, -k)[-k]
-        seqs, totals = seqs[kept], totals[kept]
-    order = np.lexsort((seqs, -totals))[:k]
-    return list(zip(seqs[order].tolist(), totals[order].tolist(), strict=True))
+    by_seq = seqs.argsort()
+    return _ranked(seqs[by_seq], totals[by_seq], k)
 
 
 def _every(
