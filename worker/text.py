@@ -9,6 +9,7 @@ from collections import Counter
 QUOTES = "'\u2019-"  #: stripped from both ends of a word
 POSSESSIVES = ("'s", "\u2019s")  #: "customer's" -> "customer"
 WORD_RE = re.compile(r"[^\W_][\w'\u2019-]*", re.UNICODE)  #: a word: letters/digits, inner ' and -
+QUOTE_RE = re.compile(f"[{re.escape(QUOTES)}]")  #: a character ``tokenize`` may strip
 #: Longest keyword, as ZQ_MAX_TAG_CHARS's default: a longer "word" is a token, hash or blob,
 #: not a subject, and would become a tag longer than a caller may give.
 MAX_KEYWORD_CHARS = 64
@@ -30,9 +31,15 @@ STOPWORDS = frozenset(
 
 
 def tokenize(text: str) -> list[str]:
-    """Lowercased words with leading/trailing quote marks and hyphens stripped."""
-    words = [w[:-2] if w.endswith(POSSESSIVES) else w for w in WORD_RE.findall(text.lower())]
-    return [w for w in (w.strip(QUOTES) for w in words) if w]
+    """Lowercased words with leading/trailing quote marks and hyphens stripped.
+
+    A word starts with a letter or digit (WORD_RE), so only its end can hold a possessive or
+    quote marks, and stripping never empties it; a text without any of those characters is
+    its words as found."""
+    words = WORD_RE.findall(text.lower())
+    if QUOTE_RE.search(text) is None:
+        return words
+    return [(w[:-2] if w.endswith(POSSESSIVES) else w).rstrip(QUOTES) for w in words]
 
 
 def extract_keywords(text: str, max_keywords: int = 8) -> list[str]:

@@ -1,10 +1,15 @@
 from __future__ import annotations
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from worker.text import (
     MAX_KEYWORD_CHARS,
+    POSSESSIVES,
+    QUOTES,
     STOPWORDS,
+    WORD_RE,
     derive_tags,
     extract_keywords,
     tokenize,
@@ -21,6 +26,32 @@ def test_tokenize_lowercases_and_strips_quotes_and_hyphens() -> None:
 )
 def test_tokenize_strips_possessives(text: str, word: str) -> None:
     assert tokenize(text) == [word]
+
+
+def plain_tokenize(text: str) -> list[str]:
+    """The definition: each word without one possessive, then stripped of quote marks and
+    hyphens at both ends, empty results dropped."""
+    words = [w[:-2] if w.endswith(POSSESSIVES) else w for w in WORD_RE.findall(text.lower())]
+    return [w for w in (w.strip(QUOTES) for w in words) if w]
+
+
+#: Texts made of what tokenize treats specially: quote marks, hyphens, possessives, underscores,
+#: letters whose lowercase differs, digits and separators.
+TRICKY = st.text(
+    alphabet=st.sampled_from(list("'\u2019-_sSaZ9 .\u0130\u00c9\u00df\u03a3\t")), max_size=40
+)
+
+
+@settings(max_examples=3000, deadline=None)
+@given(st.one_of(TRICKY, st.text(max_size=60)))
+def test_tokenize_is_its_definition(text: str) -> None:
+    assert tokenize(text) == plain_tokenize(text)
+
+
+def test_tokenize_of_words_ending_in_marks() -> None:
+    text = "dogs's- x''s x-'s x's's it's' O\u2019Neil\u2019s 9-5's don't-"
+    assert tokenize(text) == ["dogs's", "x", "x", "x's", "it's", "o\u2019neil", "9-5", "don't"]
+    assert tokenize(text) == plain_tokenize(text)
 
 
 def test_stop_words_are_dropped() -> None:
