@@ -15,7 +15,7 @@ from typing import Any
 import pytest
 from redis.client import Pipeline
 
-from worker.store.bulk import BulkTransaction
+from worker.bulk import BulkTransaction
 
 #: a namespace key: prefix, {namespace}, kind, rest
 KEY = re.compile(rb"^.+?:\{(?P<ns>[^}]*)\}:(?P<kind>[a-z_]+)(?::|$)")
@@ -34,7 +34,7 @@ WHOLE = {b"DEL", b"UNLINK", b"ZADD", b"ZREM", b"ZINCRBY"}  #: writes that change
 #: the modules a transaction passes through between whoever runs it and the check
 PLUMBING = (
     "/redis/",
-    "/worker/store/bulk.py",
+    "/worker/bulk.py",
     "/worker/store/lease.py",
     "/contextlib.py",
     __file__,

@@ -1,4 +1,4 @@
-"""worker.store.bulk: raw-reply pipelines against the real Redis."""
+"""worker.bulk: raw-reply pipelines against the real Redis."""
 
 from __future__ import annotations
 
@@ -6,7 +6,7 @@ import pytest
 from redis import Redis
 from redis.exceptions import RedisError, ResponseError
 
-from worker.store.bulk import BulkPipeline, fields
+from worker.bulk import BulkPipeline, fields
 
 
 def test_a_bulk_pipeline_returns_raw_replies_that_fields_decodes(redis_db: Redis) -> None:

@@ -5,10 +5,10 @@ from __future__ import annotations
 import pytest
 
 from producer.protocol import link_label
+from worker.bulk import BulkTransaction
 from worker.index.rows import Pinned
 from worker.search.candidates import Cand, load_links
 from worker.store import notes
-from worker.store.bulk import BulkTransaction
 from worker.store.notes import Link
 
 

@@ -8,8 +8,8 @@ from redis import Redis
 from producer.keys import Keys
 from producer.protocol import link_meta, link_weight, note_from_hash, pack_link, unpack_link
 from tests.conftest import drain_all
+from worker.bulk import BulkTransaction, fields
 from worker.store import notes
-from worker.store.bulk import BulkTransaction, fields
 from worker.store.notes import Link
 
 

@@ -15,13 +15,13 @@ from redis.connection import Connection
 from producer.core import ClientCore
 from producer.protocol import Hit
 from tests.conftest import drain_all
+from worker.bulk import BulkPipeline
 from worker.context import WorkerContext
 from worker.index.rows import Pinned
 from worker.organise.importance import importance_namespace
 from worker.runtime.servers import answer
 from worker.search import retrieve
 from worker.search.candidates import Cand, load_hit_fields
-from worker.store.bulk import BulkPipeline
 
 DAY = 86_400.0
 T0 = 1_767_225_600.0  #: 2026-01-01 UTC

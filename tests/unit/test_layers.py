@@ -29,7 +29,7 @@ LAYERS: tuple[tuple[str, ...], ...] = (
     ("store",),
     ("context",),
     ("index", "models"),
-    ("daemon", "connection"),
+    ("daemon", "connection", "bulk"),
     ("metrics", "tracing"),
     ("settings", "errors", "text", "readable", "vectors"),
 )

@@ -7,11 +7,11 @@ import time
 from collections.abc import Callable
 from typing import Any
 
+from worker.bulk import BulkPipeline
 from worker.context import WorkerContext
 from worker.errors import NotFresh, SlotMoving
 from worker.index.changelog import stream_pos
 from worker.intake.drain import drain_shard
-from worker.store.bulk import BulkPipeline
 
 
 def wait_fresh(ctx: WorkerContext, namespaces: list[str], deadline: float) -> None:

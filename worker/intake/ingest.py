@@ -22,7 +22,8 @@ import numpy as np
 import numpy.typing as npt
 
 from producer.protocol import DeleteJob, RestoreJob, StoreJob
-from worker import vectors
+from worker import bulk, vectors
+from worker.bulk import BulkPipeline
 from worker.context import WorkerContext
 from worker.index.lexical import RARITY_PSEUDO_DOCS, analyze, stem, terms_of
 from worker.index.projection import CATCH_UP_CHUNK, Prefetched, Projection, catch_up
@@ -40,8 +41,7 @@ from worker.organise.linking import (
     judge,
     sequence_links,
 )
-from worker.store import bulk, notes
-from worker.store.bulk import BulkPipeline
+from worker.store import notes
 from worker.store.lease import Lease
 from worker.store.notes import Link
 from worker.store.tombstone import tombstone_notes

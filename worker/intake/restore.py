@@ -26,13 +26,13 @@ from producer import validation as v
 from producer.errors import InvalidInput
 from producer.protocol import MAX_LABEL_BYTES, LinkSide, RestoreJob, pack_link
 from worker import vectors
+from worker.bulk import BulkPipeline
 from worker.context import WorkerContext
 from worker.index.projection import Projection, catch_up
 from worker.intake import construction
 from worker.models.vector_cache import embed_cached
 from worker.settings import WorkerSettings
 from worker.store import notes
-from worker.store.bulk import BulkPipeline
 from worker.store.lease import Lease
 
 log = logging.getLogger(__name__)

@@ -23,13 +23,13 @@ from producer.connection import data_redis
 from producer.errors import ProtocolError
 from producer.protocol import Reply, SearchJob, pack, unpack
 from worker import metrics, tracing
+from worker.bulk import BulkPipeline
 from worker.context import WorkerContext
 from worker.daemon import Daemon
 from worker.errors import SignatureRejected
 from worker.intake.signing import check_signature
 from worker.search import retrieve as search
 from worker.search.routing import REFRESH_S, Heartbeat, Routes
-from worker.store.bulk import BulkPipeline
 
 log = logging.getLogger(__name__)
 

@@ -17,10 +17,10 @@ import numpy.typing as npt
 
 from producer.protocol import Hit, link_label, link_weights
 from worker import vectors
+from worker.bulk import BulkPipeline, fields
 from worker.context import WorkerContext
 from worker.index.rows import Pinned
 from worker.search import ranking
-from worker.store.bulk import BulkPipeline, fields
 from worker.store.notes import decode_fields
 
 #: Fields every candidate needs to be ranked (small: no content, no vector).

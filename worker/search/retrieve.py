@@ -19,6 +19,7 @@ from producer import validation as v
 from producer.errors import InvalidInput
 from producer.protocol import Hit, Reply, SearchJob
 from worker import metrics
+from worker.bulk import BulkPipeline, fields
 from worker.context import WorkerContext
 from worker.errors import NotFresh
 from worker.index.lexical import analyze
@@ -30,7 +31,6 @@ from worker.search import ranking
 from worker.search.candidates import FILTERED, RANK, Cand, Rows
 from worker.search.rendering import render_context
 from worker.settings import WorkerSettings
-from worker.store.bulk import BulkPipeline, fields
 
 log = logging.getLogger(__name__)
 

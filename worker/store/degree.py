@@ -17,8 +17,9 @@ from typing import Any
 from redis.client import Pipeline
 
 from producer.protocol import link_meta, link_weights
+from worker import bulk
 from worker.context import WorkerContext
-from worker.store import bulk, notes
+from worker.store import notes
 from worker.store.notes import Link
 
 DEGREE_CAP = "degree-cap"  #: audit source of a link dropped by the cap

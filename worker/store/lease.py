@@ -28,8 +28,8 @@ from redis.exceptions import (
     WatchError,
 )
 
+from worker.bulk import BulkTransaction, Commands, node_of
 from worker.errors import LeaseLost, SlotMoving
-from worker.store.bulk import BulkTransaction, Commands, node_of
 
 log = logging.getLogger(__name__)
 

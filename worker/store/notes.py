@@ -18,8 +18,8 @@ from redis.client import Pipeline
 
 from producer.keys import Keys
 from producer.protocol import PACKED_FIELDS, link_packer, link_weights
+from worker.bulk import BulkPipeline, fields
 from worker.index.changelog import log_change, stream_pos
-from worker.store.bulk import BulkPipeline, fields
 
 Fields = dict[bytes, bytes]  #: a note hash as HGETALL returns it
 #: Fields only a tombstone has: writing the note again (a re-store) drops them, so a merged id

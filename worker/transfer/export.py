@@ -15,8 +15,8 @@ from redis import Redis
 from producer.keys import Keys
 from producer.protocol import unpack_link
 from worker import vectors
+from worker.bulk import BulkPipeline, fields
 from worker.store import notes
-from worker.store.bulk import BulkPipeline, fields
 
 FORMAT_VERSION = 1  #: the ``zettelq_export`` value of the header line this code writes and reads
 READ_CHUNK = 1_000  #: notes read per round trip by export
