@@ -26,6 +26,7 @@ from redis import Redis
 
 from producer.keys import Keys
 from worker import vectors
+from worker.bulk import BulkPipeline
 from worker.errors import IndexCorrupt
 from worker.index.changelog import read_change, stream_pos
 from worker.index.lexical import LexicalIndex, analyze
@@ -172,9 +173,9 @@ def _add_from_notes(ctx: Source, proj: Projection, members: list[tuple[str, int]
     """Add the active notes among ``members``; a note whose vector comes from another embedder
     is left out (and dropped if present), so one index never mixes two models' vectors."""
     fields = ["vec", "keywords", "status", "seq", "content", "embedder"]
-    pipe = ctx.redis.pipeline(transaction=False)
+    pipe = BulkPipeline(ctx.redis)
     for nid, _ in members:
-        pipe.hmget(ctx.keys.note(proj.ns, nid), fields)
+        pipe.queue("HMGET", ctx.keys.note(proj.ns, nid), *fields)
     seqs, ids, vecs, kws, terms, foreign = [], [], [], [], [], []
     model = ctx.embedder.name.encode()
     for (nid, seq), row in zip(members, pipe.execute(), strict=True):
