@@ -15,7 +15,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from tests.unit.test_lexical import plain_search, zipf_index
+from tests.unit.test_lexical import plain_search, zipf_index, zipf_note
 from worker.index import posting
 from worker.index.lexical import LexicalIndex
 
@@ -130,3 +130,34 @@ def test_notes_added_and_removed_between_searches_score_as_in_a_fresh_index(way)
                 fresh.add(seq - 40, docs[seq])
         for query in queries:
             assert live.search_weighted(query, 20) == fresh.search_weighted(query, 20)
+
+
+@settings(max_examples=150, deadline=None)
+@given(
+    seed=st.integers(0, 2**32 - 1),
+    seqs=st.integers(1, 40),
+    way=st.sampled_from(("maxscore", "sum")),
+)
+def test_postings_hold_exactly_their_notes_as_notes_come_go_and_come_back(seed, seqs, way):
+    """Notes added, updated (re-added), removed and added again in any order between searches,
+    on few seqs so that a removal often finds its entry still waiting to be merged: every
+    posting brought up to date holds exactly the notes that have its term with their
+    frequencies, and every search gives the plain sum."""
+    rng = random.Random(seed)
+    index = LexicalIndex()
+    with scored_by(way):
+        for _ in range(60):
+            seq = rng.randrange(seqs)
+            if rng.random() < 0.35:
+                index.remove(seq)
+            else:
+                index.add(seq, zipf_note(rng, 12))
+            if rng.random() < 0.2:
+                query = {f"w{rng.randrange(12)}": 1.0 for _ in range(rng.randint(1, 4))}
+                assert index.search_weighted(query, 5) == plain_search(index, query, 5)
+    for term, kept in index._postings.items():
+        arrays = kept.current(index._lengths)
+        having = sorted(seq for seq, counts in index.docs.items() if term in counts)
+        assert arrays.seqs.tolist() == having
+        assert arrays.tfs.tolist() == [index.docs[seq][term] for seq in having]
+        assert kept.df == len(having)

@@ -110,7 +110,7 @@ class LexicalIndex:
         self.total_len -= sum(counts.values())
         for term in counts:
             posting = self._postings[term]
-            posting.remove(seq, self._lengths)
+            posting.remove(seq)
             if not posting.df:
                 del self._postings[term]
                 self._forget_head(term)

@@ -16,6 +16,7 @@ the lower seq (``MARGIN`` covers the rounding of sums taken in another order).
 
 from __future__ import annotations
 
+import bisect
 import math
 from array import array
 from collections.abc import Sequence
@@ -89,21 +90,37 @@ class Posting:
     def __init__(self) -> None:
         self.df = 0  #: notes that have the term
         self.arrays: PostingArrays | None = None
-        self.added_seqs = array("q")
-        self.added_tfs = array("f")
+        #: the entries added since the arrays were last brought up to date, in ascending seqs,
+        #: and those whose seq came below the last of them (a note updated), in any order
+        self.added_seqs, self.added_tfs = array("q"), array("f")
+        self.readded_seqs, self.readded_tfs = array("q"), array("f")
         self.removed: set[int] = set()  #: seqs of ``arrays`` no longer in the posting
 
     def add(self, seq: int, tf: int) -> None:
         """A note that has the term (not in the posting)."""
-        self.added_seqs.append(seq)
-        self.added_tfs.append(tf)
+        if self.added_seqs and seq < self.added_seqs[-1]:
+            self.readded_seqs.append(seq)
+            self.readded_tfs.append(tf)
+        else:
+            self.added_seqs.append(seq)
+            self.added_tfs.append(tf)
         self.df += 1
 
-    def remove(self, seq: int, lengths: Floats32) -> None:
-        """A note of the posting that has the term no more."""
-        if self.added_seqs:  # then ``seq`` is in the arrays, the only place it is marked
-            self.current(lengths)
-        self.removed.add(seq)
+    def remove(self, seq: int) -> None:
+        """A note of the posting that has the term no more: an entry added since the arrays were
+        brought up to date is dropped (found by bisection among the ascending ones), one of the
+        arrays is marked. A seq is added only when it is not in the posting, so it is in one
+        place; it may also be marked in the arrays from an earlier life, a mark that stays."""
+        seqs = self.added_seqs
+        at = bisect.bisect_left(seqs, seq)
+        if at < len(seqs) and seqs[at] == seq:
+            del seqs[at]
+            del self.added_tfs[at]
+        elif self.readded_seqs and (found := _index(self.readded_seqs, seq)) is not None:
+            del self.readded_seqs[found]
+            del self.readded_tfs[found]
+        else:
+            self.removed.add(seq)
         self.df -= 1
 
     def current(self, lengths: Floats32) -> PostingArrays:
@@ -114,14 +131,21 @@ class Posting:
             kept = np.flatnonzero(~np.isin(arrays.seqs, gone))
             arrays = PostingArrays(arrays.seqs[kept], arrays.tfs[kept], arrays.lens[kept])
             self.removed.clear()
-        if arrays is None or self.added_seqs:
-            seqs = np.frombuffer(self.added_seqs, np.int64)
-            tfs = np.frombuffer(self.added_tfs, np.float32)
+        if arrays is None or self.added_seqs or self.readded_seqs:
+            seqs = np.frombuffer(self.added_seqs + self.readded_seqs, np.int64)
+            tfs = np.frombuffer(self.added_tfs + self.readded_tfs, np.float32)
             added = PostingArrays.of(seqs, tfs, lengths[seqs])
             arrays = added if arrays is None else arrays.extend(added)
             self.added_seqs, self.added_tfs = array("q"), array("f")
+            self.readded_seqs, self.readded_tfs = array("q"), array("f")
         self.arrays = arrays
         return arrays
+
+
+def _index(seqs: array[int], seq: int) -> int | None:
+    """Where ``seq`` is in ``seqs`` (in any order), if it is there."""
+    found = np.flatnonzero(np.frombuffer(seqs, np.int64) == seq)
+    return int(found[0]) if len(found) else None
 
 
 class PostingArrays:
