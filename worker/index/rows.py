@@ -81,12 +81,13 @@ class RowCache:
             if count > self._touches + 1 and self._touches >= 0:
                 self._drop()
             else:
+                stamp = repr(at)
                 for tier in tiers:
                     rows = self._tiers.get(tier, {})
                     for nid in nids:
                         row = rows.get(nid)
                         if row is not None:
-                            rows[nid] = (row[0], {**row[1], "last_access": repr(at)})
+                            rows[nid] = (row[0], {**row[1], "last_access": stamp})
             self._touches = max(self._touches, count)
 
     def _drop(self) -> None:
