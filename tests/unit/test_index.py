@@ -2,6 +2,10 @@ from __future__ import annotations
 
 import logging
 import pathlib
+import re
+import threading
+from typing import Any
+from unittest import mock
 
 import numpy as np
 import numpy.typing as npt
@@ -10,6 +14,9 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from worker.errors import IndexCorrupt
+from worker.index import vector
+from worker.index.lexical import LexicalIndex
+from worker.index.projection import Projection
 from worker.index.vector import FORMAT_VERSION, Ann, VectorIndex
 
 DIM = 16
@@ -392,3 +399,95 @@ def test_interleaved_adds_and_removes_match_a_set_model(
         assert {s for s in range(41) if s in index} == model
     _, found = index.search(unit_vectors(4, seed=1000), k=50)
     assert set(found[found >= 0].tolist()) <= model
+
+
+def test_a_rebuild_begun_apart_takes_the_changes_made_while_it_was_built(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    caplog.set_level(logging.INFO, logger="worker.index.vector")
+    index = VectorIndex(DIM, ann_threshold=40)
+    vecs = unit_vectors(400)
+    index.add(np.arange(300, dtype=np.int64), vecs[:300], rebuild=False)
+    assert (index.kind, index.rebuild_due()) == ("flat", True)
+
+    plan = index.begin_rebuild()
+    assert not index.rebuild_due()  # one rebuild at a time
+    index.add(np.arange(300, 400, dtype=np.int64), vecs[300:], rebuild=False)
+    index.remove(np.arange(0, 50, dtype=np.int64), rebuild=False)
+    replaced = unit_vectors(1, seed=42)
+    index.add(seq_array(60), replaced, rebuild=False)
+    assert index.kind == "flat" and len(index) == 350  # the old index serves meanwhile
+    index.end_rebuild(plan.build())
+
+    assert (index.kind, len(index), index.rebuild_due()) == ("ivf", 350, False)
+    assert re.search(r"index rebuilt kind=ivf from=flat n=350 in [\d.]+ms", caplog.text)
+    live = np.array([s for s in range(50, 400) if s != 60], dtype=np.int64)
+    np.testing.assert_array_equal(index.search(vecs[live], k=1)[1][:, 0], live)
+    assert index.search(replaced, k=1)[1][0, 0] == 60
+    assert not np.isin(index.search(vecs[:50], k=5)[1], np.arange(50)).any()
+
+
+def test_a_failed_rebuild_keeps_the_index_with_its_changes_and_can_be_begun_again() -> None:
+    index = VectorIndex(DIM, ann_threshold=40)
+    vecs = unit_vectors(120)
+    index.add(np.arange(100, dtype=np.int64), vecs[:100], rebuild=False)
+    index.begin_rebuild()
+    index.add(np.arange(100, 120, dtype=np.int64), vecs[100:], rebuild=False)
+    index.end_rebuild(None)
+
+    assert (index.kind, len(index), index.rebuild_due()) == ("flat", 120, True)
+    index.end_rebuild(index.begin_rebuild().build())
+    assert index.kind == "ivf"
+    np.testing.assert_array_equal(index.search(vecs, k=1)[1][:, 0], np.arange(120))
+
+
+def test_a_deferred_rebuild_is_done_at_once_past_regrow_times_the_size_it_was_due_at() -> None:
+    index = VectorIndex(DIM, ann_threshold=40)
+    vecs = unit_vectors(200)
+    kinds = []
+    for seq in range(200):
+        index.add(seq_array(seq), vecs[seq : seq + 1], rebuild=False)
+        kinds.append(index.kind)
+    assert kinds.index("ivf") == 4 * 41 - 1  # due at 41 live vectors, done at 164
+
+
+def test_searches_take_the_projection_while_its_index_is_rebuilt() -> None:
+    proj = Projection("ns", VectorIndex(DIM, ann_threshold=40), LexicalIndex())
+    vecs = unit_vectors(160)
+
+    def add(seqs: range) -> None:
+        proj.add(
+            list(seqs),
+            [f"n{s}" for s in seqs],
+            vecs[seqs.start : seqs.stop],
+            [frozenset()] * len(seqs),
+            [["word"]] * len(seqs),
+        )
+
+    add(range(100))
+    assert proj.index.kind == "flat"
+    building, go_on = threading.Event(), threading.Event()
+    build = vector.Rebuild.build
+
+    def slow_build(plan: vector.Rebuild) -> Any:
+        building.set()
+        assert go_on.wait(10)
+        return build(plan)
+
+    with mock.patch.object(vector.Rebuild, "build", slow_build):
+        proj.settle_soon()
+        assert building.wait(10)
+        assert proj.lock.acquire(timeout=5)  # not held while the new index is built
+        try:
+            assert proj.index.search(vecs[:1], k=1)[1][0, 0] == 0
+            add(range(100, 160))
+        finally:
+            proj.lock.release()
+        go_on.set()
+        (rebuilder,) = [t for t in threading.enumerate() if t.name == "zq-rebuild-ns"]
+        rebuilder.join(10)
+
+    assert (proj.index.kind, len(proj.index)) == ("ivf", 160)
+    np.testing.assert_array_equal(proj.index.search(vecs, k=1)[1][:, 0], np.arange(160))
+    proj.settle()  # nothing due: returns at once
+    assert proj.index.kind == "ivf"

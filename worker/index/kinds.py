@@ -151,19 +151,31 @@ class Ivf(SeqKeyed):
     def _lists(self, vectors: bool = True) -> tuple[Seqs, Floats]:
         """Every stored seq and (unless ``vectors`` is False) its vector, read from the inverted
         lists; without vectors the second array is empty."""
-        lists, dim = self.index.invlists, self.index.d
+        seqs, codes = self.codes(vectors)
+        return seqs, self.decode(codes)
+
+    def codes(self, vectors: bool = True) -> tuple[Seqs, npt.NDArray[np.uint8]]:
+        """Every stored seq and (unless ``vectors`` is False) its vector's code, copied from the
+        inverted lists (a copy of bytes: ``decode`` turns them into vectors)."""
+        lists = self.index.invlists
         assert lists is not None, "an IVF index owns its lists"
         seqs: list[Seqs] = [np.empty(0, dtype=np.int64)]
-        vecs: list[Floats] = [np.empty((0, dim), dtype=np.float32)]
+        codes: list[npt.NDArray[np.uint8]] = [np.empty((0, lists.code_size), dtype=np.uint8)]
         for i in range(lists.nlist):
             size = lists.list_size(i)
             if size:
                 seqs.append(faiss.rev_swig_ptr(lists.get_ids(i), size).copy())
-                if not vectors:
-                    continue
-                codes = faiss.rev_swig_ptr(lists.get_codes(i), size * lists.code_size)
-                vecs.append(self.index.sq.decode(codes.reshape(size, lists.code_size)))
-        return np.concatenate(seqs), np.concatenate(vecs)
+                if vectors:
+                    raw = faiss.rev_swig_ptr(lists.get_codes(i), size * lists.code_size)
+                    codes.append(raw.reshape(size, lists.code_size).copy())
+        return np.concatenate(seqs), np.concatenate(codes)
+
+    def decode(self, codes: npt.NDArray[np.uint8]) -> Floats:
+        """The vectors of codes this index's quantizer wrote (float32)."""
+        if not len(codes):
+            return np.empty((0, self.index.d), dtype=np.float32)
+        vecs: Floats = self.index.sq.decode(codes)
+        return vecs
 
 
 class Hnsw:

@@ -94,12 +94,19 @@ class Projection:
         vecs: np.ndarray,
         keywords: list[frozenset[str]],
         terms: list[list[str]],
+        *,
+        rebuild: bool = False,
     ) -> None:
         """Index notes; ``terms`` are each note's BM25 terms (``lexical.analyze`` of its
-        content)."""
+        content). A vector index rebuild this makes due is left to ``settle`` unless
+        ``rebuild``."""
         if not seqs:
             return
-        self.index.add(np.asarray(seqs, dtype=np.int64), np.ascontiguousarray(vecs, np.float32))
+        self.index.add(
+            np.asarray(seqs, dtype=np.int64),
+            np.ascontiguousarray(vecs, np.float32),
+            rebuild=rebuild,
+        )
         for seq, nid, kws, words in zip(seqs, ids, keywords, terms, strict=True):
             self.ids[seq] = nid
             self.keywords[seq] = kws
@@ -108,11 +115,44 @@ class Projection:
     def remove(self, seqs: list[int]) -> None:
         if not seqs:
             return
-        self.index.remove(np.asarray(seqs, dtype=np.int64))
+        self.index.remove(np.asarray(seqs, dtype=np.int64), rebuild=False)
         for seq in seqs:
             self.ids.pop(seq, None)
             self.keywords.pop(seq, None)
             self.lexical.remove(seq)
+
+    def settle(self) -> None:
+        """Rebuild the vector index if it is due (an IVF index grown or shrunk ``IVF_REGROW``
+        times since it was trained: 1.2 s at 83k notes, seconds more past that), holding
+        ``lock`` only to start and to finish: searches and changes go on meanwhile with the
+        index as it was, and the changes made meanwhile are applied to the new one. Call it
+        without ``lock`` held (with it, the rebuild holds it throughout)."""
+        with self.lock:
+            index = self.index
+            if not index.rebuild_due():
+                return
+            plan = index.begin_rebuild()
+        built = None
+        try:
+            built = plan.build()
+        finally:
+            with self.lock:
+                index.end_rebuild(built)
+
+    def settle_soon(self) -> None:
+        """``settle`` in a thread of its own when a rebuild is due (for a search, which must
+        not wait for one)."""
+        with self.lock:
+            due = self.index.rebuild_due()
+        if due:
+            name = f"zq-rebuild-{self.ns}"
+            threading.Thread(target=self._settle_logged, name=name, daemon=True).start()
+
+    def _settle_logged(self) -> None:
+        try:
+            self.settle()
+        except Exception:  # the old index serves on, and the next catch-up tries again
+            log.exception("rebuilding the vector index of ns=%s failed", self.ns)
 
 
 def snapshot_path(ctx: Source, ns: str) -> Path:
@@ -160,7 +200,7 @@ def rebuild(ctx: Source, proj: Projection) -> None:
     members = r.zrange(keys.active(ns), 0, -1, withscores=True)
     for start in range(0, len(members), REBUILD_CHUNK):
         chunk = [(m.decode(), int(s)) for m, s in members[start : start + REBUILD_CHUNK]]
-        _add_from_notes(ctx, proj, chunk)
+        _add_from_notes(ctx, proj, chunk, rebuild=True)
     log.info(
         "rebuilt ns=%s notes=%d in %.1fms",
         ns,
@@ -169,9 +209,13 @@ def rebuild(ctx: Source, proj: Projection) -> None:
     )
 
 
-def _add_from_notes(ctx: Source, proj: Projection, members: list[tuple[str, int]]) -> None:
+def _add_from_notes(
+    ctx: Source, proj: Projection, members: list[tuple[str, int]], rebuild: bool = False
+) -> None:
     """Add the active notes among ``members``; a note whose vector comes from another embedder
-    is left out (and dropped if present), so one index never mixes two models' vectors."""
+    is left out (and dropped if present), so one index never mixes two models' vectors. A
+    vector index rebuild is done on the way only with ``rebuild`` (a cold load: nothing
+    searches the projection yet), else left to ``Projection.settle``."""
     fields = ["vec", "keywords", "status", "seq", "content", "embedder"]
     pipe = BulkPipeline(ctx.redis)
     for nid, _ in members:
@@ -191,7 +235,7 @@ def _add_from_notes(ctx: Source, proj: Projection, members: list[tuple[str, int]
         kws.append(frozenset(msgpack.unpackb(raw_kws) if raw_kws else ()))
         terms.append(analyze(content.decode()))
     if seqs:
-        proj.add(seqs, ids, np.vstack(vecs), kws, terms)
+        proj.add(seqs, ids, np.vstack(vecs), kws, terms, rebuild=rebuild)
     if foreign:
         proj.remove(foreign)
         log.warning(

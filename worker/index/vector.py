@@ -9,9 +9,17 @@ The index starts flat and is rebuilt as the approximate kind (``ann``) once more
 flat again. IVF inserts cost far less than HNSW ones (about 0.01 against 0.4 ms per vector at
 100k, 256-d, one thread), which is what ingest pays for; HNSW answers single queries faster.
 
+A rebuild (to another kind, or an IVF index retrained as it grows or shrinks) runs inside the
+``add`` or ``remove`` that makes it due, unless that is called with ``rebuild=False``: then the
+owner rebuilds apart (``begin_rebuild`` copies the live vectors, ``Rebuild.build`` builds the new
+index from them without touching this one, ``end_rebuild`` applies the changes made meanwhile
+and swaps), so that it need not hold its lock for the build (worker/index/projection.py
+``Projection.settle``).
+
 On disk a snapshot is one file, replaced atomically: an npy header, the npy row -> seq array
 (empty for flat) and the ``faiss.write_index`` bytes. A snapshot is a cache: Redis is the truth.
-Not thread-safe; each worker process owns its indexes and runs FAISS on one thread.
+Not thread-safe (but for ``Rebuild.build``, which shares nothing with the index that made it);
+each worker process owns its indexes and runs FAISS on one thread.
 """
 
 from __future__ import annotations
@@ -21,14 +29,15 @@ import os
 import pathlib
 import tempfile
 import time
-from typing import Literal, TypeGuard
+from collections.abc import Callable
+from typing import Literal, NamedTuple, TypeGuard
 
 import faiss
 import numpy as np
 import numpy.typing as npt
 
 from worker.errors import IndexCorrupt
-from worker.index.kinds import Backend, Flat, Floats, Hnsw, Ivf, Kind, Seqs
+from worker.index.kinds import IVF_REGROW, Backend, Flat, Floats, Hnsw, Ivf, Kind, Seqs
 
 log = logging.getLogger(__name__)
 
@@ -68,6 +77,10 @@ class VectorIndex:
         self._ef_search = ef_search
         self._nprobe = nprobe
         self._backend: Backend = Flat.empty(dim)
+        #: the changes made since ``begin_rebuild`` (seqs, vectors or None for a removal)
+        self._journal: list[tuple[Seqs, Floats | None]] | None = None
+        self._due_at: int | None = None  #: the live count when a deferred rebuild became due
+        self._begun = 0.0  #: when the open rebuild began (perf_counter)
 
     def __len__(self) -> int:
         return len(self._backend)
@@ -101,20 +114,70 @@ class VectorIndex:
         if isinstance(self._backend, Ivf):
             self._backend.index.nprobe = value
 
-    def add(self, seqs: npt.NDArray[np.int64], vecs: npt.NDArray[np.float32]) -> None:
-        """Add or replace vectors; within one batch the last vector for a seq wins."""
+    def add(
+        self, seqs: npt.NDArray[np.int64], vecs: npt.NDArray[np.float32], *, rebuild: bool = True
+    ) -> None:
+        """Add or replace vectors; within one batch the last vector for a seq wins. With
+        ``rebuild=False`` a rebuild this makes due is left to ``begin_rebuild`` (unless the index
+        has grown ``IVF_REGROW`` times past the size at which it became due: then it is done)."""
         ids, x = _as_seqs(seqs), self._as_vectors(vecs)
         if len(ids) != len(x):
             raise ValueError(f"{len(ids)} seqs for {len(x)} vectors")
         ids, x = _last_wins(ids, x)
-        self._remove_present(ids)
-        self._backend.add(ids, x)
-        self._maybe_rebuild()
+        _replace(self._backend, ids, x)
+        if self._journal is not None:
+            self._journal.append((ids, x))
+        self._after_change(rebuild)
 
-    def remove(self, seqs: npt.NDArray[np.int64]) -> None:
-        """Remove vectors by seq; unknown seqs are ignored."""
-        self._remove_present(np.unique(_as_seqs(seqs)))
-        self._maybe_rebuild()
+    def remove(self, seqs: npt.NDArray[np.int64], *, rebuild: bool = True) -> None:
+        """Remove vectors by seq; unknown seqs are ignored. ``rebuild`` as for ``add``."""
+        ids = np.unique(_as_seqs(seqs))
+        _replace(self._backend, ids, None)
+        if self._journal is not None:
+            self._journal.append((ids, None))
+        self._after_change(rebuild)
+
+    def rebuild_due(self) -> bool:
+        """Whether the index should be rebuilt now (as another kind, or its IVF lists retrained
+        for the live count); never while a rebuild begun by ``begin_rebuild`` is open."""
+        if self._journal is not None:
+            return False
+        grown = self.kind == "flat" and len(self) > self.ann_threshold
+        return grown or self._backend.needs_rebuild()
+
+    def begin_rebuild(self) -> Rebuild:
+        """Start a rebuild that runs apart from this index: the live vectors as of now, to build
+        the new index from (``Rebuild.build``, which reads nothing of this one, so the caller's
+        lock need not be held), while this index goes on serving and taking changes, which it
+        keeps until ``end_rebuild`` applies them to the new one."""
+        backend = self._backend
+        if isinstance(backend, Ivf):  # the codes are copied here, decoded by build()
+            seqs, codes = backend.codes()
+            plan = Rebuild(self._settings(), seqs, lambda: backend.decode(codes))
+        else:
+            seqs, vecs = backend.export()
+            plan = Rebuild(self._settings(), seqs, lambda: vecs)
+        self._journal = []
+        self._begun = time.perf_counter()
+        return plan
+
+    def end_rebuild(self, built: Backend | None) -> None:
+        """Replace the index by ``built`` with the changes made since ``begin_rebuild`` applied
+        to it, in order; None (the build failed) keeps the index as it is."""
+        journal, self._journal, self._due_at = self._journal or [], None, None
+        if built is None:
+            return
+        for ids, x in journal:
+            _replace(built, ids, x)
+        log.info(
+            "index rebuilt kind=%s from=%s n=%d in %.1fms (apart: searches went on)",
+            built.kind,
+            self.kind,
+            len(built),
+            (time.perf_counter() - self._begun) * 1000,
+        )
+        self._backend = built
+        self.nprobe, self.ef_search = self._nprobe, self._ef_search  # as set meanwhile
 
     def search(
         self, vecs: npt.NDArray[np.float32], k: int
@@ -193,36 +256,81 @@ class VectorIndex:
         faiss.normalize_L2(x)
         return x
 
-    def _remove_present(self, seqs: Seqs) -> None:
-        present = np.fromiter((s for s in seqs.tolist() if s in self._backend), dtype=np.int64)
-        if len(present):
-            self._backend.remove(present)
-
-    def _maybe_rebuild(self) -> None:
-        grown = self.kind == "flat" and len(self) > self.ann_threshold
-        if grown or self._backend.needs_rebuild():
+    def _after_change(self, rebuild: bool) -> None:
+        if not self.rebuild_due():
+            self._due_at = None
+            return
+        if self._due_at is None:
+            self._due_at = len(self)
+        if rebuild or len(self) >= IVF_REGROW * max(self._due_at, 1):
             self._rebuild()
+
+    def _settings(self) -> _BuildSettings:
+        return _BuildSettings(
+            self.dim,
+            self.ann_threshold,
+            self.ann,
+            self.hnsw_m,
+            self.ef_construction,
+            self._ef_search,
+            self._nprobe,
+        )
 
     def _rebuild(self) -> None:
         """Re-create the index from its live vectors, choosing the kind by the live count."""
         started = time.perf_counter()
+        kind = self.kind
         seqs, vecs = self._backend.export()
-        backend: Backend
-        if len(seqs) > self.ann_threshold and self.ann == "ivf":
-            backend = Ivf.trained(vecs, self._nprobe)
-        elif len(seqs) > self.ann_threshold:
-            backend = Hnsw.empty(self.dim, self.hnsw_m, self.ef_construction, self._ef_search)
-        else:
-            backend = Flat.empty(self.dim)
-        backend.add(seqs, vecs)
+        self._backend = Rebuild(self._settings(), seqs, lambda: vecs).build()
+        self._due_at = None
         log.info(
             "index rebuilt kind=%s from=%s n=%d in %.1fms",
-            backend.kind,
             self.kind,
-            len(seqs),
+            kind,
+            len(self),
             (time.perf_counter() - started) * 1000,
         )
-        self._backend = backend
+
+
+class _BuildSettings(NamedTuple):
+    dim: int
+    ann_threshold: int
+    ann: Ann
+    hnsw_m: int
+    ef_construction: int
+    ef_search: int
+    nprobe: int
+
+
+class Rebuild:
+    """A new index built from live vectors (``VectorIndex.begin_rebuild``): their seqs, and a
+    function that gives the vectors (decoding them can wait until ``build``)."""
+
+    def __init__(self, settings: _BuildSettings, seqs: Seqs, vectors: Callable[[], Floats]) -> None:
+        self.settings, self.seqs, self.vectors = settings, seqs, vectors
+
+    def build(self) -> Backend:
+        """The new index, of the kind the live count asks for (FAISS releases the GIL while it
+        decodes, trains and adds)."""
+        s, seqs, vecs = self.settings, self.seqs, self.vectors()
+        backend: Backend
+        if len(seqs) > s.ann_threshold and s.ann == "ivf":
+            backend = Ivf.trained(vecs, s.nprobe)
+        elif len(seqs) > s.ann_threshold:
+            backend = Hnsw.empty(s.dim, s.hnsw_m, s.ef_construction, s.ef_search)
+        else:
+            backend = Flat.empty(s.dim)
+        backend.add(seqs, vecs)
+        return backend
+
+
+def _replace(backend: Backend, ids: Seqs, x: Floats | None) -> None:
+    """Remove those of ``ids`` that ``backend`` holds, then add ``x`` under them (if given)."""
+    present = np.fromiter((s for s in ids.tolist() if s in backend), dtype=np.int64)
+    if len(present):
+        backend.remove(present)
+    if x is not None:
+        backend.add(ids, x)
 
 
 def _as_seqs(seqs: npt.NDArray[np.int64]) -> Seqs:

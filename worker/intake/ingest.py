@@ -186,7 +186,8 @@ def _store(ctx: WorkerContext, proj: Projection, lease: Lease, read: _Read) -> d
             proj.position = changes
         else:
             catch_up(ctx, proj)
-        index_stats = {"index_kind": proj.index.kind, "index_size": len(proj.index)}
+    proj.settle()  # a rebuild it makes due: this drain waits for it, searches do not
+    index_stats = {"index_kind": proj.index.kind, "index_size": len(proj.index)}
     supersession.on_ingest(ctx, lease, ns, {p.job.id: p.job.content for p in todo if p.relink})
     log.info(
         "store batch ns=%s n=%d links=%d in %.1fms",

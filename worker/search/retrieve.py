@@ -201,6 +201,7 @@ def _first_stage(
             continue
         with p.lock:
             catch_up(ctx, p, None if waited else (positions[p.ns], entries))
+        p.settle_soon()
         plan = _plan(ctx, p, qvec, terms, job.k, weights)
         fetches[p.ns] = _queue_fetch(later, ctx, rows, p.ns, plan, job, weights, filters)
     replies = later.execute() if len(later) else []
