@@ -20,6 +20,7 @@ L2-normalised vectors keyed by the note's int64 seq:
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Literal, Protocol
 
 import faiss
@@ -29,6 +30,10 @@ import numpy.typing as npt
 Kind = Literal["flat", "ivf", "hnsw"]
 Floats = npt.NDArray[np.float32]
 Seqs = npt.NDArray[np.int64]
+#: What ``export`` gives besides the seqs: a function that returns their vectors, from a copy
+#: taken by ``export`` (an IVF index copies its codes and decodes them when called), so it may be
+#: called apart from the index while the index changes.
+Vectors = Callable[[], Floats]
 
 #: rebuild an HNSW index once removed rows exceed this fraction of its rows
 COMPACT_FRACTION = 0.2
@@ -59,7 +64,7 @@ class Backend(Protocol):
     def add(self, seqs: Seqs, vecs: Floats) -> None: ...
     def remove(self, seqs: Seqs) -> None: ...
     def search(self, vecs: Floats, k: int) -> tuple[Floats, Seqs]: ...
-    def export(self) -> tuple[Seqs, Floats]: ...
+    def export(self) -> tuple[Seqs, Vectors]: ...
     def needs_rebuild(self) -> bool: ...
 
 
@@ -104,10 +109,10 @@ class Flat(SeqKeyed):
     def empty(cls, dim: int) -> Flat:
         return cls(faiss.IndexIDMap2(faiss.IndexFlatIP(dim)))
 
-    def export(self) -> tuple[Seqs, Floats]:
+    def export(self) -> tuple[Seqs, Vectors]:
         seqs: Seqs = faiss.vector_to_array(self.index.id_map)
         vecs: Floats = self.index.index.reconstruct_n(0, self.index.ntotal)
-        return seqs, vecs
+        return seqs, lambda: vecs
 
     def needs_rebuild(self) -> bool:
         return False
@@ -124,7 +129,7 @@ class Ivf(SeqKeyed):
         self.index = index
         self.trained_on = trained_on
         self.row_seq: Seqs = np.empty(0, dtype=np.int64)
-        self._seqs: set[int] = set(self._lists(vectors=False)[0].tolist())
+        self._seqs: set[int] = set(self.codes(vectors=False)[0].tolist())
 
     @classmethod
     def trained(cls, vecs: Floats, nprobe: int) -> Ivf:
@@ -141,18 +146,13 @@ class Ivf(SeqKeyed):
         index.nprobe = nprobe
         return cls(index, n)
 
-    def export(self) -> tuple[Seqs, Floats]:
-        return self._lists()
+    def export(self) -> tuple[Seqs, Vectors]:
+        seqs, codes = self.codes()
+        return seqs, lambda: self.decode(codes)
 
     def needs_rebuild(self) -> bool:
         n = len(self)
         return n > IVF_REGROW * self.trained_on or n * IVF_REGROW < self.trained_on
-
-    def _lists(self, vectors: bool = True) -> tuple[Seqs, Floats]:
-        """Every stored seq and (unless ``vectors`` is False) its vector, read from the inverted
-        lists; without vectors the second array is empty."""
-        seqs, codes = self.codes(vectors)
-        return seqs, self.decode(codes)
 
     def codes(self, vectors: bool = True) -> tuple[Seqs, npt.NDArray[np.uint8]]:
         """Every stored seq and (unless ``vectors`` is False) its vector's code, copied from the
@@ -238,9 +238,10 @@ class Hnsw:
             )
         return self._params
 
-    def export(self) -> tuple[Seqs, Floats]:
+    def export(self) -> tuple[Seqs, Vectors]:
         live_rows = np.flatnonzero(self.row_seq >= 0).astype(np.int64)
-        return self.row_seq[live_rows], self.index.reconstruct_batch(live_rows)
+        vecs: Floats = self.index.reconstruct_batch(live_rows)
+        return self.row_seq[live_rows], lambda: vecs
 
     def needs_rebuild(self) -> bool:
         return len(self.row_seq) - len(self) > COMPACT_FRACTION * len(self.row_seq)

@@ -29,15 +29,24 @@ import os
 import pathlib
 import tempfile
 import time
-from collections.abc import Callable
-from typing import Literal, NamedTuple, TypeGuard
+from typing import Literal, TypeGuard
 
 import faiss
 import numpy as np
 import numpy.typing as npt
 
 from worker.errors import IndexCorrupt
-from worker.index.kinds import IVF_REGROW, Backend, Flat, Floats, Hnsw, Ivf, Kind, Seqs
+from worker.index.kinds import (
+    IVF_REGROW,
+    Backend,
+    Flat,
+    Floats,
+    Hnsw,
+    Ivf,
+    Kind,
+    Seqs,
+    Vectors,
+)
 
 log = logging.getLogger(__name__)
 
@@ -146,17 +155,11 @@ class VectorIndex:
         return grown or self._backend.needs_rebuild()
 
     def begin_rebuild(self) -> Rebuild:
-        """Start a rebuild that runs apart from this index: the live vectors as of now, to build
-        the new index from (``Rebuild.build``, which reads nothing of this one, so the caller's
-        lock need not be held), while this index goes on serving and taking changes, which it
-        keeps until ``end_rebuild`` applies them to the new one."""
-        backend = self._backend
-        if isinstance(backend, Ivf):  # the codes are copied here, decoded by build()
-            seqs, codes = backend.codes()
-            plan = Rebuild(self._settings(), seqs, lambda: backend.decode(codes))
-        else:
-            seqs, vecs = backend.export()
-            plan = Rebuild(self._settings(), seqs, lambda: vecs)
+        """Start a rebuild that runs apart from this index: a copy of the live vectors as of now,
+        to build the new index from (``Rebuild.build``, which reads only this index's settings,
+        so the caller's lock need not be held), while this index goes on serving and taking
+        changes, which it keeps until ``end_rebuild`` applies them to the new one."""
+        plan = Rebuild(self, *self._backend.export())
         self._journal = []
         self._begun = time.perf_counter()
         return plan
@@ -265,23 +268,11 @@ class VectorIndex:
         if rebuild or len(self) >= IVF_REGROW * max(self._due_at, 1):
             self._rebuild()
 
-    def _settings(self) -> _BuildSettings:
-        return _BuildSettings(
-            self.dim,
-            self.ann_threshold,
-            self.ann,
-            self.hnsw_m,
-            self.ef_construction,
-            self._ef_search,
-            self._nprobe,
-        )
-
     def _rebuild(self) -> None:
         """Re-create the index from its live vectors, choosing the kind by the live count."""
         started = time.perf_counter()
         kind = self.kind
-        seqs, vecs = self._backend.export()
-        self._backend = Rebuild(self._settings(), seqs, lambda: vecs).build()
+        self._backend = Rebuild(self, *self._backend.export()).build()
         self._due_at = None
         log.info(
             "index rebuilt kind=%s from=%s n=%d in %.1fms",
@@ -292,34 +283,25 @@ class VectorIndex:
         )
 
 
-class _BuildSettings(NamedTuple):
-    dim: int
-    ann_threshold: int
-    ann: Ann
-    hnsw_m: int
-    ef_construction: int
-    ef_search: int
-    nprobe: int
-
-
 class Rebuild:
-    """A new index built from live vectors (``VectorIndex.begin_rebuild``): their seqs, and a
-    function that gives the vectors (decoding them can wait until ``build``)."""
+    """A new index for ``index``, built from what its backend exported: the live seqs and the
+    function that gives their vectors. It reads only ``index``'s settings, so ``build`` may run
+    while the index changes (``VectorIndex.begin_rebuild``)."""
 
-    def __init__(self, settings: _BuildSettings, seqs: Seqs, vectors: Callable[[], Floats]) -> None:
-        self.settings, self.seqs, self.vectors = settings, seqs, vectors
+    def __init__(self, index: VectorIndex, seqs: Seqs, vectors: Vectors) -> None:
+        self.index, self.seqs, self.vectors = index, seqs, vectors
 
     def build(self) -> Backend:
         """The new index, of the kind the live count asks for (FAISS releases the GIL while it
         decodes, trains and adds)."""
-        s, seqs, vecs = self.settings, self.seqs, self.vectors()
+        ix, seqs, vecs = self.index, self.seqs, self.vectors()
         backend: Backend
-        if len(seqs) > s.ann_threshold and s.ann == "ivf":
-            backend = Ivf.trained(vecs, s.nprobe)
-        elif len(seqs) > s.ann_threshold:
-            backend = Hnsw.empty(s.dim, s.hnsw_m, s.ef_construction, s.ef_search)
+        if len(seqs) > ix.ann_threshold and ix.ann == "ivf":
+            backend = Ivf.trained(vecs, ix.nprobe)
+        elif len(seqs) > ix.ann_threshold:
+            backend = Hnsw.empty(ix.dim, ix.hnsw_m, ix.ef_construction, ix.ef_search)
         else:
-            backend = Flat.empty(s.dim)
+            backend = Flat.empty(ix.dim)
         backend.add(seqs, vecs)
         return backend
 
