@@ -110,7 +110,9 @@ def test_concurrent_evolution_and_ingest_never_lose_an_update(
 
 def ingest_while_evolving(ctx: WorkerContext, mem: MemoryClient, step: Step) -> dict[str, str]:
     """Seed, then ROUNDS rounds of re-stores and new linked notes while a thread runs ``step``
-    continuously (each round waits for one of its writes to land); return each seed id's last
+    continuously; each round waits for its notes to be organised and for a whole pass of
+    ``step`` begun after that (not for a write: a reviewer's rejects and reverts refuse tags for
+    good, so later rounds may leave evolution nothing to propose). Return each seed id's last
     stored content."""
     last_content: dict[str, str] = {}
     for nid, (text, tags) in seeds().items():
@@ -118,7 +120,7 @@ def ingest_while_evolving(ctx: WorkerContext, mem: MemoryClient, step: Step) -> 
         last_content[nid] = text
     mem.flush(NS, timeout_s=60)
     stop = threading.Event()
-    done = [0]
+    done = [0, 0]  #: writes made, passes finished
     errors: list[BaseException] = []
     evolver = threading.Thread(
         target=evolve_until, args=(ctx, mem, step, stop, done, errors), daemon=True
@@ -126,14 +128,15 @@ def ingest_while_evolving(ctx: WorkerContext, mem: MemoryClient, step: Step) -> 
     evolver.start()
     try:
         for r in range(ROUNDS):
-            before = done[0]
             for nid, (text, tags) in seeds().items():
                 last_content[nid] = f"{text} (revision {r})"
                 mem.store(last_content[nid], namespace=NS, tags=tags, id=nid)
             for topic, texts in TOPICS.items():
                 mem.store(f"{texts[0]} and again in round {r}", namespace=NS, tags=[topic])
-            wait_until(lambda before=before: done[0] > before or bool(errors), timeout_s=60)
-        mem.flush(NS, timeout_s=60)
+            mem.flush(NS, timeout_s=60)
+            passes = done[1]
+            wait_until(lambda passes=passes: done[1] > passes + 1 or bool(errors), timeout_s=60)
+        assert done[0] > 0
     finally:
         stop.set()
         evolver.join(60)
@@ -153,6 +156,7 @@ def evolve_until(
         while not stop.is_set():
             written = step(ctx, mem)
             done[0] += written
+            done[1] += 1
             if not written:
                 stop.wait(0.02)
     except BaseException as exc:  # handed to the test thread, which fails on it
