@@ -1,7 +1,8 @@
-"""A real Sentinel setup on loopback for each test: one master and one replica
+"""Real Sentinel setups on loopback: one master and one replica
 (``redis-server --replicaof``) and three sentinels (``redis-server sentinel.conf --sentinel``)
 on free ports from 18500 up, with a short down-after (1 s) so a failover takes seconds, the
 sentinels asking for a password of their own (ZQ_SENTINEL_PASSWORD); torn down at the end.
+The tests that kill no server share one setup; a test that kills the master starts its own.
 Skips, naming what to install, when redis-server is not on PATH."""
 
 from __future__ import annotations
@@ -170,22 +171,45 @@ def started(root: Path) -> Iterator[LocalSentinel]:
             proc.wait(timeout=10)
 
 
-@pytest.fixture
-def local_sentinel(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalSentinel]:
+def _setup(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalSentinel]:
     if not shutil.which("redis-server"):
         pytest.skip("needs redis-server >= 7 on PATH (apt-get install redis-server)")
     with started(tmp_path_factory.mktemp("sentinel")) as setup:
         yield setup
 
 
+@pytest.fixture(scope="session")
+def shared_sentinel(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalSentinel]:
+    """One setup for the tests that kill no server (each under a key prefix of its own): the
+    sentinels take ~7 s to see each other, so each test starting its own would add that."""
+    yield from _setup(tmp_path_factory)
+
+
 @pytest.fixture
-def sentinel_settings(local_sentinel: LocalSentinel, tmp_path: Path) -> WorkerSettings:
+def local_sentinel(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalSentinel]:
+    """A setup of the test's own, for a test that kills the master."""
+    yield from _setup(tmp_path_factory)
+
+
+def settings_of(setup: LocalSentinel, tmp_path: Path) -> WorkerSettings:
     """Settings whose data store and broker are the Sentinel-watched master (db 0 and 1),
     under a fresh key prefix; a worker process of them needs ``SENTINEL_ENV`` too."""
     return make_settings(
         tmp_path,
-        redis_url=local_sentinel.url(0),
-        broker_url=local_sentinel.url(1),
+        redis_url=setup.url(0),
+        broker_url=setup.url(1),
         sentinel_password=SENTINEL_PASSWORD,
         key_prefix=f"s{uuid.uuid4().hex[:8]}",
     )
+
+
+@pytest.fixture
+def sentinel_settings(shared_sentinel: LocalSentinel, tmp_path: Path) -> WorkerSettings:
+    """``settings_of`` the shared setup."""
+    return settings_of(shared_sentinel, tmp_path)
+
+
+@pytest.fixture
+def failover_settings(local_sentinel: LocalSentinel, tmp_path: Path) -> WorkerSettings:
+    """``settings_of`` the test's own setup."""
+    return settings_of(local_sentinel, tmp_path)

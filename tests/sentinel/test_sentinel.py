@@ -53,9 +53,9 @@ def test_a_worker_stores_organises_and_answers_through_the_sentinels(
 
 
 def test_stores_end_in_an_id_or_a_typed_error_across_a_failover_and_the_worker_resumes(
-    local_sentinel: LocalSentinel, sentinel_settings: WorkerSettings
+    local_sentinel: LocalSentinel, failover_settings: WorkerSettings
 ) -> None:
-    settings = sentinel_settings.model_copy(update={"socket_timeout_s": 2.0})
+    settings = failover_settings.model_copy(update={"socket_timeout_s": 2.0})
     acked: list[tuple[str, float]] = []  # (id, when)
     failed: list[ZettelqError] = []
     slowest = [0.0]
@@ -107,12 +107,12 @@ def _present(mem: MemoryClient, note: str) -> bool:
 
 
 def test_wait_replicas_returns_once_the_replica_has_the_write_and_raises_when_it_cannot(
-    local_sentinel: LocalSentinel, sentinel_settings: WorkerSettings
+    shared_sentinel: LocalSentinel, sentinel_settings: WorkerSettings
 ) -> None:
     settings = sentinel_settings.model_copy(
         update={"wait_replicas": 1, "wait_replicas_timeout_s": 0.5}
     )
-    replica = Redis(host="127.0.0.1", port=local_sentinel.replica_port)
+    replica = Redis(host="127.0.0.1", port=shared_sentinel.replica_port)
     with MemoryClient(settings) as mem:
         key = mem.keys.inbox(mem.keys.shard_of(settings.default_namespace))
         for n in range(1, 21):
@@ -128,7 +128,7 @@ def test_wait_replicas_returns_once_the_replica_has_the_write_and_raises_when_it
 
         asyncio.run(confirmed())
         assert replica.xlen(key) == 25
-        os.kill(local_sentinel.procs[local_sentinel.replica_port].pid, signal.SIGSTOP)
+        os.kill(shared_sentinel.procs[shared_sentinel.replica_port].pid, signal.SIGSTOP)
         try:
             with pytest.raises(NotReplicated) as caught:
                 mem.store("no replica confirms this one", id="unconfirmed-1")
@@ -142,19 +142,19 @@ def test_wait_replicas_returns_once_the_replica_has_the_write_and_raises_when_it
 
             asyncio.run(from_asyncio())
         finally:
-            os.kill(local_sentinel.procs[local_sentinel.replica_port].pid, signal.SIGCONT)
+            os.kill(shared_sentinel.procs[shared_sentinel.replica_port].pid, signal.SIGCONT)
         wait_until(lambda: replica.xlen(key) == 28, 30)
         mem.store("confirmed again")
         assert replica.xlen(key) == 29
 
 
 def test_a_beat_schedules_through_the_sentinels_onto_the_brokers_master(
-    local_sentinel: LocalSentinel, sentinel_settings: WorkerSettings
+    shared_sentinel: LocalSentinel, sentinel_settings: WorkerSettings
 ) -> None:
     env = {
         **worker_env(sentinel_settings),
         **BEAT_ENV,
-        "ZQ_BROKER_URL": local_sentinel.url(1),
+        "ZQ_BROKER_URL": shared_sentinel.url(1),
         **SENTINEL_ENV,
     }
     beat = subprocess.Popen(
@@ -163,7 +163,7 @@ def test_a_beat_schedules_through_the_sentinels_onto_the_brokers_master(
         stdout=subprocess.DEVNULL,
         start_new_session=True,
     )
-    broker = Redis(host="127.0.0.1", port=local_sentinel.master_port, db=1)
+    broker = Redis(host="127.0.0.1", port=shared_sentinel.master_port, db=1)
     try:
         queue = f"{sentinel_settings.key_prefix}.maint"
         wait_until(lambda: broker.llen(queue) >= 2, STARTUP_S)  # kombu's sentinel transport

@@ -25,9 +25,9 @@ FAILOVER_S = 60.0  #: how long the door may take to store and cache again after 
 
 
 def test_a_revoke_ends_a_cached_grant_before_and_after_a_failover(
-    local_sentinel: LocalSentinel, sentinel_settings: WorkerSettings
+    local_sentinel: LocalSentinel, failover_settings: WorkerSettings
 ) -> None:
-    door = sentinel_settings.model_copy(update={"token_cache_s": 600.0, "socket_timeout_s": 2.0})
+    door = failover_settings.model_copy(update={"token_cache_s": 600.0, "socket_timeout_s": 2.0})
     with (
         TokenStore.from_settings(door) as tokens,
         uvicorn_serving(create_app(door)) as url,
