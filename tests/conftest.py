@@ -147,8 +147,12 @@ def client(settings: WorkerSettings) -> Iterator[MemoryClient]:
 
 
 def drain_all(ctx: WorkerContext) -> int:
-    """Burst mode: organise everything queued on every shard, as a worker would."""
-    return sum(drain_shard(ctx, shard).processed for shard in range(ctx.keys.shard_count))
+    """Burst mode: organise everything queued on every shard, as a worker would, and wait for
+    the index rebuilds that made due (they run apart from the drain)."""
+    done = sum(drain_shard(ctx, shard).processed for shard in range(ctx.keys.shard_count))
+    for proj in list(ctx.projections.values()):
+        assert proj.wait_settled(60), f"the index of {proj.ns} was still rebuilding after 60 s"
+    return done
 
 
 @pytest.fixture

@@ -484,10 +484,31 @@ def test_searches_take_the_projection_while_its_index_is_rebuilt() -> None:
         finally:
             proj.lock.release()
         go_on.set()
-        (rebuilder,) = [t for t in threading.enumerate() if t.name == "zq-rebuild-ns"]
-        rebuilder.join(10)
+        assert proj.wait_settled(10)
 
     assert (proj.index.kind, len(proj.index)) == ("ivf", 160)
     np.testing.assert_array_equal(proj.index.search(vecs, k=1)[1][:, 0], np.arange(160))
     proj.settle()  # nothing due: returns at once
     assert proj.index.kind == "ivf"
+
+
+def test_one_rebuild_runs_at_a_time_and_wait_settled_waits_for_it() -> None:
+    proj = Projection("ns", VectorIndex(DIM, ann_threshold=40), LexicalIndex())
+    vecs = unit_vectors(100)
+    proj.add(list(range(100)), [f"n{s}" for s in range(100)], vecs, [frozenset()] * 100, [[]] * 100)
+    builds, go_on = [], threading.Event()
+    build = vector.Rebuild.build
+
+    def held_build(plan: vector.Rebuild) -> Any:
+        builds.append(plan)
+        assert go_on.wait(10)
+        return build(plan)
+
+    with mock.patch.object(vector.Rebuild, "build", held_build):
+        proj.settle_soon()
+        proj.settle_soon()  # one is running: no second
+        assert not proj.wait_settled(0.2) and proj.rebuilding()
+        go_on.set()
+        assert proj.wait_settled(10) and not proj.rebuilding()
+    assert len(builds) == 1 and proj.index.kind == "ivf"
+    assert proj.wait_settled(0)  # none started since: returns at once

@@ -86,6 +86,7 @@ class Projection:
         self.settled = False
         self.lock = threading.RLock()
         self.rows = RowCache()  #: what searches read of these notes (worker/index/rows.py)
+        self._rebuilder: threading.Thread | None = None  #: the last ``settle_soon`` thread
 
     def add(
         self,
@@ -140,13 +141,26 @@ class Projection:
                 index.end_rebuild(built)
 
     def settle_soon(self) -> None:
-        """``settle`` in a thread of its own when a rebuild is due (for a search, which must
-        not wait for one)."""
+        """``settle`` in a thread of its own when a rebuild is due and none is running (for a
+        search or a drain, which must not wait for one); ``wait_settled`` waits for it."""
         with self.lock:
-            due = self.index.rebuild_due()
-        if due:
+            if not self.index.rebuild_due() or self.rebuilding():
+                return
             name = f"zq-rebuild-{self.ns}"
-            threading.Thread(target=self._settle_logged, name=name, daemon=True).start()
+            self._rebuilder = threading.Thread(target=self._settle_logged, name=name, daemon=True)
+            self._rebuilder.start()
+
+    def rebuilding(self) -> bool:
+        """Whether a ``settle_soon`` thread is still running."""
+        return self._rebuilder is not None and self._rebuilder.is_alive()
+
+    def wait_settled(self, timeout_s: float | None = None) -> bool:
+        """Wait for the rebuild ``settle_soon`` started, if any; False if it still runs after
+        ``timeout_s``. Call it without ``lock`` held (the rebuild takes it to finish)."""
+        rebuilder = self._rebuilder
+        if rebuilder is not None:
+            rebuilder.join(timeout_s)
+        return not self.rebuilding()
 
     def _settle_logged(self) -> None:
         try:

@@ -186,7 +186,7 @@ def _store(ctx: WorkerContext, proj: Projection, lease: Lease, read: _Read) -> d
             proj.position = changes
         else:
             catch_up(ctx, proj)
-    proj.settle()  # a rebuild it makes due: this drain waits for it, searches do not
+    proj.settle_soon()  # a rebuild it makes due runs apart: drains and searches go on
     index_stats = {"index_kind": proj.index.kind, "index_size": len(proj.index)}
     supersession.on_ingest(ctx, lease, ns, {p.job.id: p.job.content for p in todo if p.relink})
     log.info(
