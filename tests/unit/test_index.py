@@ -4,6 +4,8 @@ import logging
 import pathlib
 import re
 import threading
+from collections.abc import Iterator
+from contextlib import nullcontext
 from typing import Any
 from unittest import mock
 
@@ -410,33 +412,39 @@ def test_a_rebuild_begun_apart_takes_the_changes_made_while_it_was_built(
     index.add(np.arange(300, dtype=np.int64), vecs[:300], rebuild=False)
     assert (index.kind, index.rebuild_due()) == ("flat", True)
 
-    plan = index.begin_rebuild()
+    plan = index.begin_rebuild(nullcontext())
     assert not index.rebuild_due()  # one rebuild at a time
     index.add(np.arange(300, 400, dtype=np.int64), vecs[300:], rebuild=False)
     index.remove(np.arange(0, 50, dtype=np.int64), rebuild=False)
     replaced = unit_vectors(1, seed=42)
     index.add(seq_array(60), replaced, rebuild=False)
     assert index.kind == "flat" and len(index) == 350  # the old index serves meanwhile
-    index.end_rebuild(plan.build())
+    built = plan.build()
+    assert plan.replayed == 3  # the changes made so far are in it
+    index.remove(np.arange(50, 55, dtype=np.int64), rebuild=False)  # and these come at the end
+    index.add(seq_array(0), vecs[:1], rebuild=False)
+    index.end_rebuild(built, plan.replayed)
 
-    assert (index.kind, len(index), index.rebuild_due()) == ("ivf", 350, False)
-    assert re.search(r"index rebuilt kind=ivf from=flat n=350 in [\d.]+ms", caplog.text)
-    live = np.array([s for s in range(50, 400) if s != 60], dtype=np.int64)
+    assert (index.kind, len(index), index.rebuild_due()) == ("ivf", 346, False)
+    assert re.search(r"index rebuilt kind=ivf from=flat n=346 in [\d.]+ms", caplog.text)
+    live = np.array([s for s in [0, *range(55, 400)] if s != 60], dtype=np.int64)
     np.testing.assert_array_equal(index.search(vecs[live], k=1)[1][:, 0], live)
     assert index.search(replaced, k=1)[1][0, 0] == 60
-    assert not np.isin(index.search(vecs[:50], k=5)[1], np.arange(50)).any()
+    gone = np.arange(1, 55)
+    assert not np.isin(index.search(vecs[gone], k=5)[1], gone).any()
 
 
 def test_a_failed_rebuild_keeps_the_index_with_its_changes_and_can_be_begun_again() -> None:
     index = VectorIndex(DIM, ann_threshold=40)
     vecs = unit_vectors(120)
     index.add(np.arange(100, dtype=np.int64), vecs[:100], rebuild=False)
-    index.begin_rebuild()
+    index.begin_rebuild(nullcontext())
     index.add(np.arange(100, 120, dtype=np.int64), vecs[100:], rebuild=False)
     index.end_rebuild(None)
 
     assert (index.kind, len(index), index.rebuild_due()) == ("flat", 120, True)
-    index.end_rebuild(index.begin_rebuild().build())
+    plan = index.begin_rebuild(nullcontext())
+    index.end_rebuild(plan.build(), plan.replayed)
     assert index.kind == "ivf"
     np.testing.assert_array_equal(index.search(vecs, k=1)[1][:, 0], np.arange(120))
 
@@ -512,3 +520,63 @@ def test_one_rebuild_runs_at_a_time_and_wait_settled_waits_for_it() -> None:
         assert proj.wait_settled(10) and not proj.rebuilding()
     assert len(builds) == 1 and proj.index.kind == "ivf"
     assert proj.wait_settled(0)  # none started since: returns at once
+
+
+class Meddling:
+    """A hold that lets ``changes`` run, one each time it is let go: as the owner's changes
+    would between two IVF lists read apart."""
+
+    def __init__(self, changes: Iterator[Any]) -> None:
+        self.changes, self.entered = changes, 0
+
+    def __enter__(self) -> Meddling:
+        self.entered += 1
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        change = next(self.changes, None)
+        if change is not None:
+            change()
+
+
+def test_an_ivf_retrain_reads_its_lists_apart_and_takes_the_changes_made_between_them() -> None:
+    index = VectorIndex(DIM, ann_threshold=40)
+    vecs = unit_vectors(1_600)
+    index.add(np.arange(300, dtype=np.int64), vecs[:300])
+    index.add(np.arange(300, 1_300, dtype=np.int64), vecs[300:1_300], rebuild=False)
+    assert (index.kind, index.rebuild_due()) == ("ivf", True)
+    now = {seq: seq for seq in range(1_300)}  # seq -> row of vecs it holds
+    moves = iter(range(1_300, 1_600))
+
+    def change(i: int) -> Any:
+        def run() -> None:
+            seq = (i * 97) % 1_300
+            if i % 3 == 0:  # a new vector for a note: it moves to another list
+                row = next(moves)
+                index.add(seq_array(seq), vecs[row : row + 1], rebuild=False)
+                now[seq] = row
+            elif i % 3 == 1:
+                index.remove(seq_array(seq), rebuild=False)
+                now.pop(seq, None)
+            else:  # a note that comes back, or a new one
+                index.add(seq_array(seq), vecs[seq : seq + 1], rebuild=False)
+                now[seq] = seq
+
+        return run
+
+    hold = Meddling(change(i) for i in range(300))
+    plan = index.begin_rebuild(hold)
+    built = plan.build()
+    assert plan.replayed > 0
+    for i in range(300, 330):  # changes after the build
+        change(i)()
+    index.end_rebuild(built, plan.replayed)
+
+    assert hold.entered > 1  # one list at a time
+    assert (index.kind, index.rebuild_due(), len(index)) == ("ivf", False, len(now))
+    assert all(seq in index for seq in now)
+    assert not any(seq in index for seq in range(1_300) if seq not in now)
+    index.nprobe = 1_000  # every list: the nearest is the note itself
+    live = np.array(sorted(now), dtype=np.int64)
+    rows = np.array([now[s] for s in live.tolist()])
+    np.testing.assert_array_equal(index.search(vecs[rows], k=1)[1][:, 0], live)

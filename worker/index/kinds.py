@@ -20,7 +20,7 @@ L2-normalised vectors keyed by the note's int64 seq:
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from contextlib import AbstractContextManager, nullcontext
 from typing import Literal, Protocol
 
 import faiss
@@ -30,10 +30,9 @@ import numpy.typing as npt
 Kind = Literal["flat", "ivf", "hnsw"]
 Floats = npt.NDArray[np.float32]
 Seqs = npt.NDArray[np.int64]
-#: What ``export`` gives besides the seqs: a function that returns their vectors, from a copy
-#: taken by ``export`` (an IVF index copies its codes and decodes them when called), so it may be
-#: called apart from the index while the index changes.
-Vectors = Callable[[], Floats]
+#: What ``export`` holds while it reads an index that others change: the lock they change it
+#: under (or a null context where nobody else does).
+Hold = AbstractContextManager[object]
 
 #: rebuild an HNSW index once removed rows exceed this fraction of its rows
 COMPACT_FRACTION = 0.2
@@ -64,7 +63,12 @@ class Backend(Protocol):
     def add(self, seqs: Seqs, vecs: Floats) -> None: ...
     def remove(self, seqs: Seqs) -> None: ...
     def search(self, vecs: Floats, k: int) -> tuple[Floats, Seqs]: ...
-    def export(self) -> tuple[Seqs, Vectors]: ...
+    def export(self, hold: Hold) -> tuple[Seqs, Floats]:
+        """The live seqs and their vectors, read holding ``hold``; an IVF index holds it for one
+        list at a time, so the index may change between two lists (a seq changed meanwhile may
+        be read twice or not at all: the caller replays every change made since it began)."""
+        ...
+
     def needs_rebuild(self) -> bool: ...
 
 
@@ -109,10 +113,11 @@ class Flat(SeqKeyed):
     def empty(cls, dim: int) -> Flat:
         return cls(faiss.IndexIDMap2(faiss.IndexFlatIP(dim)))
 
-    def export(self) -> tuple[Seqs, Vectors]:
-        seqs: Seqs = faiss.vector_to_array(self.index.id_map)
-        vecs: Floats = self.index.index.reconstruct_n(0, self.index.ntotal)
-        return seqs, lambda: vecs
+    def export(self, hold: Hold) -> tuple[Seqs, Floats]:
+        with hold:
+            seqs: Seqs = faiss.vector_to_array(self.index.id_map)
+            vecs: Floats = self.index.index.reconstruct_n(0, self.index.ntotal)
+        return seqs, vecs
 
     def needs_rebuild(self) -> bool:
         return False
@@ -146,28 +151,33 @@ class Ivf(SeqKeyed):
         index.nprobe = nprobe
         return cls(index, n)
 
-    def export(self) -> tuple[Seqs, Vectors]:
-        seqs, codes = self.codes()
-        return seqs, lambda: self.decode(codes)
+    def export(self, hold: Hold) -> tuple[Seqs, Floats]:
+        seqs, codes = self.codes(hold=hold)
+        return seqs, self.decode(codes)
 
     def needs_rebuild(self) -> bool:
         n = len(self)
         return n > IVF_REGROW * self.trained_on or n * IVF_REGROW < self.trained_on
 
-    def codes(self, vectors: bool = True) -> tuple[Seqs, npt.NDArray[np.uint8]]:
+    def codes(
+        self, vectors: bool = True, hold: Hold | None = None
+    ) -> tuple[Seqs, npt.NDArray[np.uint8]]:
         """Every stored seq and (unless ``vectors`` is False) its vector's code, copied from the
-        inverted lists (a copy of bytes: ``decode`` turns them into vectors)."""
+        inverted lists (a copy of bytes: ``decode`` turns them into vectors); each list copied
+        holding ``hold``, which is let go between lists."""
         lists = self.index.invlists
         assert lists is not None, "an IVF index owns its lists"
+        hold = hold or nullcontext()
         seqs: list[Seqs] = [np.empty(0, dtype=np.int64)]
         codes: list[npt.NDArray[np.uint8]] = [np.empty((0, lists.code_size), dtype=np.uint8)]
         for i in range(lists.nlist):
-            size = lists.list_size(i)
-            if size:
-                seqs.append(faiss.rev_swig_ptr(lists.get_ids(i), size).copy())
-                if vectors:
-                    raw = faiss.rev_swig_ptr(lists.get_codes(i), size * lists.code_size)
-                    codes.append(raw.reshape(size, lists.code_size).copy())
+            with hold:
+                size = lists.list_size(i)
+                if size:
+                    seqs.append(faiss.rev_swig_ptr(lists.get_ids(i), size).copy())
+                    if vectors:
+                        raw = faiss.rev_swig_ptr(lists.get_codes(i), size * lists.code_size)
+                        codes.append(raw.reshape(size, lists.code_size).copy())
         return np.concatenate(seqs), np.concatenate(codes)
 
     def decode(self, codes: npt.NDArray[np.uint8]) -> Floats:
@@ -238,10 +248,11 @@ class Hnsw:
             )
         return self._params
 
-    def export(self) -> tuple[Seqs, Vectors]:
-        live_rows = np.flatnonzero(self.row_seq >= 0).astype(np.int64)
-        vecs: Floats = self.index.reconstruct_batch(live_rows)
-        return self.row_seq[live_rows], lambda: vecs
+    def export(self, hold: Hold) -> tuple[Seqs, Floats]:
+        with hold:
+            live_rows = np.flatnonzero(self.row_seq >= 0).astype(np.int64)
+            vecs: Floats = self.index.reconstruct_batch(live_rows)
+            return self.row_seq[live_rows], vecs
 
     def needs_rebuild(self) -> bool:
         return len(self.row_seq) - len(self) > COMPACT_FRACTION * len(self.row_seq)

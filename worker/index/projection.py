@@ -132,13 +132,13 @@ class Projection:
             index = self.index
             if not index.rebuild_due():
                 return
-            plan = index.begin_rebuild()
+            plan = index.begin_rebuild(self.lock)
         built = None
         try:
             built = plan.build()
         finally:
             with self.lock:
-                index.end_rebuild(built)
+                index.end_rebuild(built, plan.replayed)
 
     def settle_soon(self) -> None:
         """``settle`` in a thread of its own when a rebuild is due and none is running (for a

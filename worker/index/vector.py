@@ -11,10 +11,10 @@ flat again. IVF inserts cost far less than HNSW ones (about 0.01 against 0.4 ms 
 
 A rebuild (to another kind, or an IVF index retrained as it grows or shrinks) runs inside the
 ``add`` or ``remove`` that makes it due, unless that is called with ``rebuild=False``: then the
-owner rebuilds apart (``begin_rebuild`` copies the live vectors, ``Rebuild.build`` builds the new
-index from them without touching this one, ``end_rebuild`` applies the changes made meanwhile
-and swaps), so that it need not hold its lock for the build (worker/index/projection.py
-``Projection.settle``).
+owner rebuilds apart (``begin_rebuild`` starts keeping the changes, ``Rebuild.build`` copies
+the live vectors taking the owner's lock for each IVF list and builds the new index from them
+without touching this one, ``end_rebuild`` applies the changes made meanwhile and swaps), so that
+it need not hold its lock for the build (worker/index/projection.py ``Projection.settle``).
 
 On disk a snapshot is one file, replaced atomically: an npy header, the npy row -> seq array
 (empty for flat) and the ``faiss.write_index`` bytes. A snapshot is a cache: Redis is the truth.
@@ -29,6 +29,7 @@ import os
 import pathlib
 import tempfile
 import time
+from contextlib import nullcontext
 from typing import Literal, TypeGuard
 
 import faiss
@@ -42,13 +43,15 @@ from worker.index.kinds import (
     Flat,
     Floats,
     Hnsw,
+    Hold,
     Ivf,
     Kind,
     Seqs,
-    Vectors,
 )
 
 log = logging.getLogger(__name__)
+
+Change = tuple[Seqs, Floats | None]  #: seqs changed, and their new vectors (None: removed)
 
 faiss.omp_set_num_threads(1)
 
@@ -87,7 +90,7 @@ class VectorIndex:
         self._nprobe = nprobe
         self._backend: Backend = Flat.empty(dim)
         #: the changes made since ``begin_rebuild`` (seqs, vectors or None for a removal)
-        self._journal: list[tuple[Seqs, Floats | None]] | None = None
+        self._journal: list[Change] | None = None
         self._due_at: int | None = None  #: the live count when a deferred rebuild became due
         self._begun = 0.0  #: when the open rebuild began (perf_counter)
 
@@ -154,26 +157,28 @@ class VectorIndex:
         grown = self.kind == "flat" and len(self) > self.ann_threshold
         return grown or self._backend.needs_rebuild()
 
-    def begin_rebuild(self) -> Rebuild:
-        """Start a rebuild that runs apart from this index: a copy of the live vectors as of now,
-        to build the new index from (``Rebuild.build``, which reads only this index's settings,
-        so the caller's lock need not be held), while this index goes on serving and taking
-        changes, which it keeps until ``end_rebuild`` applies them to the new one."""
-        plan = Rebuild(self, *self._backend.export())
+    def begin_rebuild(self, hold: Hold) -> Rebuild:
+        """Start a rebuild that runs apart from this index (``Rebuild.build``, called without
+        ``hold``, the lock the caller changes this index under): it reads the live vectors
+        taking ``hold`` (an IVF index's one list at a time) and builds the new index from them,
+        while this index goes on serving and taking changes, which it keeps from now on until
+        ``end_rebuild`` applies them to the new one (``build`` applies those made while it read
+        and built, so that few are left for ``end_rebuild``)."""
         self._journal = []
         self._begun = time.perf_counter()
-        return plan
+        return Rebuild(self, self._backend, hold, self._journal)
 
-    def end_rebuild(self, built: Backend | None) -> None:
+    def end_rebuild(self, built: Backend | None, replayed: int = 0) -> None:
         """Replace the index by ``built`` with the changes made since ``begin_rebuild`` applied
-        to it, in order; None (the build failed) keeps the index as it is."""
+        to it, in order, from the ``replayed``-th on (``Rebuild.replayed``: the first ones are
+        in it already); None (the build failed) keeps the index as it is."""
         journal, self._journal, self._due_at = self._journal or [], None, None
         if built is None:
             return
-        for ids, x in journal:
+        for ids, x in journal[replayed:]:
             _replace(built, ids, x)
         log.info(
-            "index rebuilt kind=%s from=%s n=%d in %.1fms (apart: searches went on)",
+            "index rebuilt kind=%s from=%s n=%d in %.1fms (apart: drains, searches went on)",
             built.kind,
             self.kind,
             len(built),
@@ -272,7 +277,7 @@ class VectorIndex:
         """Re-create the index from its live vectors, choosing the kind by the live count."""
         started = time.perf_counter()
         kind = self.kind
-        self._backend = Rebuild(self, *self._backend.export()).build()
+        self._backend = Rebuild(self, self._backend, nullcontext(), []).build()
         self._due_at = None
         log.info(
             "index rebuilt kind=%s from=%s n=%d in %.1fms",
@@ -284,17 +289,24 @@ class VectorIndex:
 
 
 class Rebuild:
-    """A new index for ``index``, built from what its backend exported: the live seqs and the
-    function that gives their vectors. It reads only ``index``'s settings, so ``build`` may run
-    while the index changes (``VectorIndex.begin_rebuild``)."""
+    """A new index for ``index`` from the live vectors of ``source`` (its backend when the
+    rebuild began), read holding ``hold``, with the changes in ``journal`` (those made since,
+    appended by the index's owner) applied as far as they went when it was built; otherwise it
+    reads only ``index``'s settings, so ``build`` may run while the index changes
+    (``VectorIndex.begin_rebuild``)."""
 
-    def __init__(self, index: VectorIndex, seqs: Seqs, vectors: Vectors) -> None:
-        self.index, self.seqs, self.vectors = index, seqs, vectors
+    def __init__(
+        self, index: VectorIndex, source: Backend, hold: Hold, journal: list[Change]
+    ) -> None:
+        self.index, self.source, self.hold, self.journal = index, source, hold, journal
+        self.replayed = 0  #: how many of ``journal``'s changes ``build`` applied
 
     def build(self) -> Backend:
         """The new index, of the kind the live count asks for (FAISS releases the GIL while it
-        decodes, trains and adds)."""
-        ix, seqs, vecs = self.index, self.seqs, self.vectors()
+        decodes, trains and adds). A seq read twice (moved between two IVF lists' reads) is
+        added twice: its change is in the journal, whose replay removes every copy first."""
+        ix = self.index
+        seqs, vecs = self.source.export(self.hold)
         backend: Backend
         if len(seqs) > ix.ann_threshold and ix.ann == "ivf":
             backend = Ivf.trained(vecs, ix.nprobe)
@@ -303,6 +315,9 @@ class Rebuild:
         else:
             backend = Flat.empty(ix.dim)
         backend.add(seqs, vecs)
+        self.replayed = len(self.journal)  # appended to meanwhile: what was there by now
+        for ids, x in self.journal[: self.replayed]:
+            _replace(backend, ids, x)
         return backend
 
 
