@@ -58,5 +58,5 @@ def test_a_warm_shutdown_leaves_a_snapshot_the_restart_starts_from(settings):
     finally:
         stop(proc)
     side = msgpack.unpackb(path.with_suffix(".meta").read_bytes(), strict_map_key=False)
-    assert {nid for _, nid in side["ids"]} == set(ids)
+    assert set(side["ids"].values()) == set(ids)
     assert len(VectorIndex.load(path)) == 30

@@ -3,6 +3,7 @@ nobody changed is skipped), bounded (the rest is carried to the next run), visib
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Iterator
 
 import msgpack
@@ -219,6 +220,34 @@ def test_a_process_saves_its_projections_on_its_own_interval(tmp_path):
         ctx.close()
 
 
+def test_a_snapshot_loads_its_notes_keywords_and_terms_as_held_and_so_does_an_older_format(
+    pctx, caplog
+):
+    """A snapshot's sidecar holds maps (format 3); a format 2 sidecar, (seq, value) pairs as the
+    versions before wrote them, loads the same."""
+    caplog.set_level(logging.INFO, logger="worker.index.projection")
+    seed(pctx, "x")
+    proj = pctx.projection("x")
+    with proj.lock:
+        path = write_snapshot(pctx, freeze(pctx, proj))
+    meta = path.with_suffix(".meta")
+    side = msgpack.unpackb(meta.read_bytes(), strict_map_key=False)
+    older = dict(side, format=2, **{k: list(side[k].items()) for k in ("ids", "keywords", "terms")})
+    for raw in (side, older):
+        meta.write_bytes(msgpack.packb(raw, use_bin_type=True))
+        restarted = WorkerContext.build(pctx.settings)
+        caplog.clear()
+        try:
+            loaded = restarted.projection("x")
+            assert "loaded snapshot ns=x" in caplog.text  # not rebuilt from Redis
+            assert loaded.position == proj.position
+            assert (loaded.ids, loaded.keywords) == (proj.ids, proj.keywords)
+            assert loaded.lexical.docs == proj.lexical.docs
+            assert len(loaded.index) == len(proj.index)
+        finally:
+            restarted.close()
+
+
 def test_a_snapshot_is_written_from_its_copy_while_the_projection_moves_on(pctx):
     """The projection's lock is held for the copy only: notes organised while the snapshot is
     written are not in it, and a process that loads it catches up on them."""
@@ -232,7 +261,7 @@ def test_a_snapshot_is_written_from_its_copy_while_the_projection_moves_on(pctx)
     path = write_snapshot(pctx, frozen)
     side = msgpack.unpackb(path.with_suffix(".meta").read_bytes(), strict_map_key=False)
     assert side["position"] == frozen.side["position"] != proj.position
-    assert {nid for _, nid in side["ids"]} == first
+    assert set(side["ids"].values()) == first
     assert len(VectorIndex.load(path)) == len(first)
 
     restarted = WorkerContext.build(pctx.settings)
