@@ -18,8 +18,9 @@ it need not hold its lock for the build (worker/index/projection.py ``Projection
 
 On disk a snapshot is one file, replaced atomically: an npy header, the npy row -> seq array
 (empty for flat) and the ``faiss.write_index`` bytes. A snapshot is a cache: Redis is the truth.
-Not thread-safe (but for ``Rebuild.build``, which shares nothing with the index that made it);
-each worker process owns its indexes and runs FAISS on one thread.
+Not thread-safe, but for ``Rebuild.build``: it reads the index that made it only holding the
+owner's lock, and otherwise only the changes the owner appends to its journal (a list read up to
+its length at the time); each worker process owns its indexes and runs FAISS on one thread.
 """
 
 from __future__ import annotations
