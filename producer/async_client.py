@@ -39,14 +39,14 @@ from producer.protocol import (
     Stats,
     pack,
 )
-from producer.settings import ProducerSettings
+from producer.settings import ProducerSettings, client_settings
 
 
 class AsyncMemoryClient:
     """asyncio twin of MemoryClient: the same methods, awaitable."""
 
     def __init__(self, settings: ProducerSettings | None = None, **overrides: Any) -> None:
-        self._core = ClientCore(settings or ProducerSettings(**overrides))
+        self._core = ClientCore(client_settings(settings, overrides))
         s = self._core.settings
         self.keys = self._core.keys
         self._redis = async_data_redis(s, socket_timeout=s.socket_timeout_s)

@@ -42,7 +42,7 @@ from producer.protocol import (
     Stats,
     pack,
 )
-from producer.settings import ProducerSettings
+from producer.settings import ProducerSettings, client_settings
 
 #: A reply is awaited in BLPOPs of at most this long, on a connection whose socket times out a
 #: little later, so a Redis that vanishes without closing the connection (a network partition)
@@ -54,7 +54,7 @@ class MemoryClient:
     """Blocking client. Thread-safe: one instance can serve many threads."""
 
     def __init__(self, settings: ProducerSettings | None = None, **overrides: Any) -> None:
-        self._core = ClientCore(settings or ProducerSettings(**overrides))
+        self._core = ClientCore(client_settings(settings, overrides))
         s = self._core.settings
         self.keys = self._core.keys
         self._redis = data_redis(s, socket_timeout=s.socket_timeout_s)

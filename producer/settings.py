@@ -198,6 +198,30 @@ class ProducerSettings(BaseSettings):
 URL_PASSWORD = re.compile(r"(://[^:/@]*:)[^@]*@")
 
 
+def client_settings(
+    settings: ProducerSettings | None, overrides: Mapping[str, Any]
+) -> ProducerSettings:
+    """The settings a client runs with: ``settings`` (read from the environment when None) with
+    ``overrides`` (setting names, e.g. ``reply_timeout_s=2.0``) applied and validated as the
+    environment's values are. InvalidSetting names an unknown name (with the closest one) or a
+    bad value; ``settings`` itself is left as it is."""
+    cls = ProducerSettings if settings is None else type(settings)
+    unknown = sorted(set(overrides) - set(cls.model_fields))
+    if unknown:
+        hints = []
+        for name in unknown:
+            close = difflib.get_close_matches(name, list(cls.model_fields), n=1)
+            hints.append(
+                f"{name!r} is not a setting" + (f"; did you mean {close[0]!r}?" if close else "")
+            )
+        raise InvalidSetting("; ".join(hints))
+    if settings is None:
+        return ProducerSettings(**overrides)
+    if not overrides:
+        return settings
+    return cls(**{**{name: getattr(settings, name) for name in cls.model_fields}, **overrides})
+
+
 def describe_error(settings: BaseSettings, error: ErrorDetails, given: Mapping[str, Any]) -> str:
     """One failed check as ``ZQ_MAX_K='abc' is not a valid integer`` (a keyword argument is
     named as itself; a secret's value is never shown)."""

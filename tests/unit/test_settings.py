@@ -8,8 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from producer import InvalidInput, InvalidSetting, ProducerSettings
-from producer.settings import unknown_variables
+from producer import AsyncMemoryClient, InvalidInput, InvalidSetting, MemoryClient, ProducerSettings
+from producer.settings import client_settings, unknown_variables
 from worker.settings import OTHER_VARIABLES, WorkerSettings
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -60,6 +60,33 @@ def test_a_secret_value_is_never_shown(monkeypatch: pytest.MonkeyPatch) -> None:
     with pytest.raises(InvalidSetting) as caught:
         WorkerSettings(llm_api_key=["sk-very-secret"])
     assert "sk-very-secret" not in str(caught.value) and "llm_api_key=***" in str(caught.value)
+
+
+def test_a_clients_keywords_override_the_settings_it_is_given_and_are_checked(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setenv("ZQ_REPLY_TIMEOUT_S", "7")
+    given = WorkerSettings(redis_url="redis://127.0.0.1:1/3", batch_size=5)
+    merged = client_settings(given, {"reply_timeout_s": 0.2, "key_prefix": "other"})
+    assert isinstance(merged, WorkerSettings)  # a worker's settings stay a worker's
+    assert (merged.reply_timeout_s, merged.key_prefix) == (0.2, "other")
+    assert (merged.redis_url, merged.batch_size) == (given.redis_url, 5)
+    assert (given.reply_timeout_s, given.key_prefix) == (7.0, "zq")  # left as it was
+    assert client_settings(given, {}) is given
+    with MemoryClient(given, reply_timeout_s=0.2) as client:  # nothing connects yet
+        assert client.settings.reply_timeout_s == 0.2
+    assert AsyncMemoryClient(given, reply_timeout_s=0.3).settings.reply_timeout_s == 0.3
+    assert client_settings(None, {"reply_timeout_s": 3}).reply_timeout_s == 3.0
+    assert client_settings(None, {}).reply_timeout_s == 7.0  # the environment's
+    with pytest.raises(InvalidSetting, match=r"^reply_timeout_s=-1 must be > 0.0$"):
+        client_settings(given, {"reply_timeout_s": -1})
+    for settings in (given, None):
+        with pytest.raises(InvalidSetting) as caught:
+            client_settings(settings, {"reply_timeout": 1, "zzz": 2})
+        assert str(caught.value) == (
+            "'reply_timeout' is not a setting; did you mean 'reply_timeout_s'?; "
+            "'zzz' is not a setting"
+        )
 
 
 def test_unknown_variables_are_named_with_the_closest_setting() -> None:
