@@ -4,6 +4,7 @@ import logging
 import pathlib
 import re
 import threading
+import time
 from collections.abc import Iterator
 from contextlib import nullcontext
 from typing import Any
@@ -580,3 +581,32 @@ def test_an_ivf_retrain_reads_its_lists_apart_and_takes_the_changes_made_between
     live = np.array(sorted(now), dtype=np.int64)
     rows = np.array([now[s] for s in live.tolist()])
     np.testing.assert_array_equal(index.search(vecs[rows], k=1)[1][:, 0], live)
+
+
+def test_namespaces_due_together_rebuild_one_at_a_time() -> None:
+    projs = [
+        Projection(f"ns{i}", VectorIndex(DIM, ann_threshold=40), LexicalIndex()) for i in range(3)
+    ]
+    vecs = unit_vectors(100)
+    for proj in projs:
+        proj.add(
+            list(range(100)), [f"n{s}" for s in range(100)], vecs, [frozenset()] * 100, [[]] * 100
+        )
+    building, most = [0], [0]
+    build = vector.Rebuild.build
+
+    def counted_build(plan: vector.Rebuild) -> Any:
+        building[0] += 1
+        most[0] = max(most[0], building[0])
+        time.sleep(0.05)
+        try:
+            return build(plan)
+        finally:
+            building[0] -= 1
+
+    with mock.patch.object(vector.Rebuild, "build", counted_build):
+        for proj in projs:
+            proj.settle_soon()
+        assert all(proj.wait_settled(10) for proj in projs)
+    assert most[0] == 1
+    assert [proj.index.kind for proj in projs] == ["ivf"] * 3

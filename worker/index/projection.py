@@ -41,6 +41,9 @@ SNAPSHOT_FORMAT = 3  #: bumped when the sidecar changes; older snapshots are reb
 READ_FORMATS = frozenset({2, SNAPSHOT_FORMAT})
 CATCH_UP_CHUNK = 2_000  #: change-log entries read per round trip
 REBUILD_CHUNK = 1_000  #: notes fetched per round trip when rebuilding
+#: one ``settle_soon`` rebuild at a time per process: each holds a copy of its namespace's
+#: vectors and a second index while it builds, so namespaces due together take turns
+_REBUILD_TURN = threading.Lock()
 
 #: (position, change-log entries after it) as XRANGE returned them
 Prefetched = tuple[str, list[tuple[bytes, dict[bytes, bytes]]]]
@@ -144,7 +147,8 @@ class Projection:
 
     def settle_soon(self) -> None:
         """``settle`` in a thread of its own when a rebuild is due and none is running (for a
-        search or a drain, which must not wait for one); ``wait_settled`` waits for it."""
+        search or a drain, which must not wait for one), once no other namespace of this
+        process is rebuilding; ``wait_settled`` waits for it."""
         with self.lock:
             if not self.index.rebuild_due() or self.rebuilding():
                 return
@@ -166,7 +170,8 @@ class Projection:
 
     def _settle_logged(self) -> None:
         try:
-            self.settle()
+            with _REBUILD_TURN:
+                self.settle()
         except Exception:  # the old index serves on, and the next catch-up tries again
             log.exception("rebuilding the vector index of ns=%s failed", self.ns)
 
