@@ -41,6 +41,7 @@ SNAPSHOT_FORMAT = 3  #: bumped when the sidecar changes; older snapshots are reb
 READ_FORMATS = frozenset({2, SNAPSHOT_FORMAT})
 CATCH_UP_CHUNK = 2_000  #: change-log entries read per round trip
 REBUILD_CHUNK = 1_000  #: notes fetched per round trip when rebuilding
+PACK_CHUNK = 10_000  #: map entries a snapshot's sidecar packs per call (pack_side)
 #: one ``settle_soon`` rebuild at a time per process: each holds a copy of its namespace's
 #: vectors and a second index while it builds, so namespaces due together take turns
 _REBUILD_TURN = threading.Lock()
@@ -358,13 +359,44 @@ def freeze(ctx: Source, proj: Projection) -> Frozen:
 def write_snapshot(ctx: Source, frozen: Frozen) -> Path:
     """Write a frozen projection to ``index_dir`` (atomically) so a restart only catches up."""
     path = snapshot_path(ctx, frozen.ns)
-    packed = msgpack.packb(frozen.side, use_bin_type=True, default=_sorted_set)
+    packed = pack_side(frozen.side)
     with _locked(path, shared=False):
         frozen.index.save(path)
         tmp = path.with_suffix(".meta.tmp")
         tmp.write_bytes(packed)
         tmp.replace(path.with_suffix(".meta"))
     return path
+
+
+def pack_side(side: dict[str, Any], chunk: int = PACK_CHUNK) -> bytes:
+    """``msgpack.packb(side)`` to the byte, its maps packed ``chunk`` entries at a time: one call
+    packing a million-note map holds the GIL for a second, stalling the process's drain and
+    searches; between chunks other threads run."""
+    out = [_map_header(len(side))]
+    for key, value in side.items():
+        out.append(_packb(key))
+        if not isinstance(value, dict) or len(value) <= chunk:
+            out.append(_packb(value))
+            continue
+        out.append(_map_header(len(value)))
+        items = list(value)
+        for start in range(0, len(items), chunk):
+            part = {k: value[k] for k in items[start : start + chunk]}
+            out.append(_packb(part)[len(_map_header(len(part))) :])
+    return b"".join(out)
+
+
+def _packb(value: Any) -> bytes:
+    return bytes(msgpack.packb(value, use_bin_type=True, default=_sorted_set))
+
+
+def _map_header(size: int) -> bytes:
+    """msgpack's map header for ``size`` entries (fixmap, map 16 or map 32)."""
+    if size < 16:
+        return bytes([0x80 | size])
+    if size < 1 << 16:
+        return b"\xde" + size.to_bytes(2, "big")
+    return b"\xdf" + size.to_bytes(4, "big")
 
 
 def _sorted_set(value: object) -> list[Any]:

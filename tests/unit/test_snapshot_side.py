@@ -1,0 +1,42 @@
+"""A snapshot's sidecar is packed in chunks (so the GIL is let go between them) into exactly the
+bytes one ``msgpack.packb`` of it would give."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import msgpack
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from worker.index.projection import _sorted_set, pack_side
+
+WORDS = st.text(alphabet="abcdefgh", min_size=1, max_size=6)
+SEQS = st.integers(min_value=0, max_value=2**40)
+MAPS = st.one_of(
+    st.dictionaries(SEQS, st.text(max_size=8), max_size=40),
+    st.dictionaries(SEQS, st.frozensets(WORDS, max_size=4), max_size=40),
+    st.dictionaries(SEQS, st.dictionaries(WORDS, st.integers(1, 5), max_size=4), max_size=40),
+)
+
+
+def whole(side: dict[str, Any]) -> bytes:
+    return bytes(msgpack.packb(side, use_bin_type=True, default=_sorted_set))
+
+
+@settings(max_examples=300, deadline=None)
+@given(ids=MAPS, keywords=MAPS, terms=MAPS, chunk=st.integers(1, 12))
+def test_a_side_packed_in_chunks_is_the_side_packed_whole(
+    ids: dict[int, Any], keywords: dict[int, Any], terms: dict[int, Any], chunk: int
+) -> None:
+    side = {"format": 3, "ns": "n", "position": "1-0", "ids": ids, "keywords": keywords}
+    side["terms"] = terms
+    assert pack_side(side, chunk) == whole(side)
+
+
+def test_a_map_past_map16_keeps_its_header_and_order() -> None:
+    big = {seq: frozenset({f"w{seq % 7}", "x"}) for seq in range(70_000, 0, -1)}
+    side = {"format": 3, "keywords": big, "empty": {}, "small": {1: "a"}}
+    packed = pack_side(side, 10_000)
+    assert packed == whole(side)
+    assert list(msgpack.unpackb(packed, strict_map_key=False)["keywords"])[:2] == [70_000, 69_999]
