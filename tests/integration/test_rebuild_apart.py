@@ -35,8 +35,8 @@ def test_a_drain_goes_on_while_the_index_it_made_due_is_rebuilt(settings: Worker
     try:
         with MemoryClient(settings) as mem, mock.patch.object(vector.Rebuild, "build", held_build):
             ids = mem.store_many(notes(0, 60), namespace=NS)
-            while not building.is_set():  # the batch that passes 40 notes makes it due
-                assert drain_all_but_the_rebuild(ctx)
+            assert drain_all_but_the_rebuild(ctx) == 60
+            assert building.wait(30)  # passing 40 notes made it due: its thread is building
             proj = ctx.projection(NS)
             ids += mem.store_many(notes(60, 120), namespace=NS)
             assert drain_all_but_the_rebuild(ctx) > 0  # organised while the build is held
