@@ -15,9 +15,14 @@ from __future__ import annotations
 import functools
 import os
 import signal
+import threading
 import uuid
 from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
+from unittest import mock
 
 import pytest
 from redis import Redis
@@ -27,6 +32,7 @@ from producer import MemoryClient, ZettelqError
 from producer.connection import connect
 from tests.version_guard import guard
 from worker.context import WorkerContext
+from worker.index import vector
 from worker.intake.drain import drain_shard
 from worker.runtime.devserver import EmbeddedRedis, redis_reachable
 from worker.runtime.servers import SearchServer
@@ -173,3 +179,32 @@ def own_ctx(own_settings: WorkerSettings) -> Iterator[WorkerContext]:
     context = WorkerContext.build(own_settings)
     yield context
     context.close()
+
+
+@dataclass
+class HeldBuilds:
+    """What ``held_rebuilds`` lets a test see and do: the plans whose build began, ``building``
+    set as each begins, and ``go_on`` to let them build."""
+
+    plans: list[vector.Rebuild] = field(default_factory=list)
+    building: threading.Event = field(default_factory=threading.Event)
+    go_on: threading.Event = field(default_factory=threading.Event)
+
+
+@contextmanager
+def held_rebuilds(timeout_s: float = 30.0) -> Iterator[HeldBuilds]:
+    """``Rebuild.build`` held until the test sets ``go_on`` (set on exit, so nothing stays
+    held); a build held past ``timeout_s`` fails."""
+    held, build = HeldBuilds(), vector.Rebuild.build
+
+    def held_build(plan: vector.Rebuild) -> Any:
+        held.plans.append(plan)
+        held.building.set()
+        assert held.go_on.wait(timeout_s)
+        return build(plan)
+
+    try:
+        with mock.patch.object(vector.Rebuild, "build", held_build):
+            yield held
+    finally:
+        held.go_on.set()

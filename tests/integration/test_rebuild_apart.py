@@ -4,14 +4,9 @@ on organising while it is built, and the notes organised meanwhile reach the new
 
 from __future__ import annotations
 
-import threading
-from typing import Any
-from unittest import mock
-
 from producer import MemoryClient
-from tests.conftest import drain_all
+from tests.conftest import drain_all, held_rebuilds
 from worker.context import WorkerContext
-from worker.index import vector
 from worker.intake.drain import drain_shard
 from worker.settings import WorkerSettings
 
@@ -24,31 +19,22 @@ def notes(start: int, stop: int) -> list[str]:
 
 def test_a_drain_goes_on_while_the_index_it_made_due_is_rebuilt(settings: WorkerSettings) -> None:
     ctx = WorkerContext.build(settings.model_copy(update={"ann_threshold": 40}))
-    building, go_on = threading.Event(), threading.Event()
-    build = vector.Rebuild.build
-
-    def held_build(plan: vector.Rebuild) -> Any:
-        building.set()
-        assert go_on.wait(30)
-        return build(plan)
-
     try:
-        with MemoryClient(settings) as mem, mock.patch.object(vector.Rebuild, "build", held_build):
+        with MemoryClient(settings) as mem, held_rebuilds() as held:
             ids = mem.store_many(notes(0, 60), namespace=NS)
             assert drain_all_but_the_rebuild(ctx) == 60
-            assert building.wait(30)  # passing 40 notes made it due: its thread is building
+            assert held.building.wait(30)  # passing 40 notes made it due: its thread is building
             proj = ctx.projection(NS)
             ids += mem.store_many(notes(60, 120), namespace=NS)
             assert drain_all_but_the_rebuild(ctx) > 0  # organised while the build is held
             assert proj.rebuilding() and proj.index.kind == "flat"
             assert len(proj.index) == 120
-            go_on.set()
+            held.go_on.set()
             assert proj.wait_settled(30)
         assert (proj.index.kind, len(proj.index)) == ("ivf", 120)
         assert set(proj.ids.values()) == set(ids)
         assert drain_all(ctx) == 0
     finally:
-        go_on.set()
         ctx.close()
 
 

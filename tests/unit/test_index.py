@@ -3,7 +3,6 @@ from __future__ import annotations
 import logging
 import pathlib
 import re
-import threading
 import time
 from collections.abc import Iterator
 from contextlib import nullcontext
@@ -16,6 +15,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from tests.conftest import held_rebuilds
 from worker.errors import IndexCorrupt
 from worker.index import vector
 from worker.index.lexical import LexicalIndex
@@ -475,24 +475,16 @@ def test_searches_take_the_projection_while_its_index_is_rebuilt() -> None:
 
     add(range(100))
     assert proj.index.kind == "flat"
-    building, go_on = threading.Event(), threading.Event()
-    build = vector.Rebuild.build
-
-    def slow_build(plan: vector.Rebuild) -> Any:
-        building.set()
-        assert go_on.wait(10)
-        return build(plan)
-
-    with mock.patch.object(vector.Rebuild, "build", slow_build):
+    with held_rebuilds(10) as held:
         proj.settle_soon()
-        assert building.wait(10)
+        assert held.building.wait(10)
         assert proj.lock.acquire(timeout=5)  # not held while the new index is built
         try:
             assert proj.index.search(vecs[:1], k=1)[1][0, 0] == 0
             add(range(100, 160))
         finally:
             proj.lock.release()
-        go_on.set()
+        held.go_on.set()
         assert proj.wait_settled(10)
 
     assert (proj.index.kind, len(proj.index)) == ("ivf", 160)
@@ -505,21 +497,13 @@ def test_one_rebuild_runs_at_a_time_and_wait_settled_waits_for_it() -> None:
     proj = Projection("ns", VectorIndex(DIM, ann_threshold=40), LexicalIndex())
     vecs = unit_vectors(100)
     proj.add(list(range(100)), [f"n{s}" for s in range(100)], vecs, [frozenset()] * 100, [[]] * 100)
-    builds, go_on = [], threading.Event()
-    build = vector.Rebuild.build
-
-    def held_build(plan: vector.Rebuild) -> Any:
-        builds.append(plan)
-        assert go_on.wait(10)
-        return build(plan)
-
-    with mock.patch.object(vector.Rebuild, "build", held_build):
+    with held_rebuilds(10) as held:
         proj.settle_soon()
         proj.settle_soon()  # one is running: no second
         assert not proj.wait_settled(0.2) and proj.rebuilding()
-        go_on.set()
+        held.go_on.set()
         assert proj.wait_settled(10) and not proj.rebuilding()
-    assert len(builds) == 1 and proj.index.kind == "ivf"
+    assert len(held.plans) == 1 and proj.index.kind == "ivf"
     assert proj.wait_settled(0)  # none started since: returns at once
 
 
