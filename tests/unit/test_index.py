@@ -1,5 +1,6 @@
 from __future__ import annotations
 
+import gc
 import logging
 import pathlib
 import re
@@ -469,7 +470,7 @@ def test_searches_take_the_projection_while_its_index_is_rebuilt() -> None:
             list(seqs),
             [f"n{s}" for s in seqs],
             vecs[seqs.start : seqs.stop],
-            [frozenset()] * len(seqs),
+            [()] * len(seqs),
             [["word"]] * len(seqs),
         )
 
@@ -493,10 +494,19 @@ def test_searches_take_the_projection_while_its_index_is_rebuilt() -> None:
     assert proj.index.kind == "ivf"
 
 
+def test_a_projection_keeps_keywords_the_garbage_collector_need_not_walk() -> None:
+    proj = Projection("ns", VectorIndex(DIM), LexicalIndex())
+    kws = [[f"k{s}", "shared"] for s in range(50)]
+    proj.add(list(range(50)), [f"n{s}" for s in range(50)], unit_vectors(50), kws, [[]] * 50)
+    gc.collect()  # a tuple of strings is untracked once a collection has seen it
+    assert proj.keywords[7] == ("k7", "shared")
+    assert not any(gc.is_tracked(k) for k in proj.keywords.values())
+
+
 def test_one_rebuild_runs_at_a_time_and_wait_settled_waits_for_it() -> None:
     proj = Projection("ns", VectorIndex(DIM, ann_threshold=40), LexicalIndex())
     vecs = unit_vectors(100)
-    proj.add(list(range(100)), [f"n{s}" for s in range(100)], vecs, [frozenset()] * 100, [[]] * 100)
+    proj.add(list(range(100)), [f"n{s}" for s in range(100)], vecs, [()] * 100, [[]] * 100)
     with held_rebuilds(10) as held:
         proj.settle_soon()
         proj.settle_soon()  # one is running: no second
@@ -573,9 +583,7 @@ def test_namespaces_due_together_rebuild_one_at_a_time() -> None:
     ]
     vecs = unit_vectors(100)
     for proj in projs:
-        proj.add(
-            list(range(100)), [f"n{s}" for s in range(100)], vecs, [frozenset()] * 100, [[]] * 100
-        )
+        proj.add(list(range(100)), [f"n{s}" for s in range(100)], vecs, [()] * 100, [[]] * 100)
     building, most = [0], [0]
     build = vector.Rebuild.build
 

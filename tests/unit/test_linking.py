@@ -21,7 +21,8 @@ KW = frozenset({"orders", "shipping"})
 
 
 def cand(note_id: str, similarity: float, *keywords: str) -> Candidate:
-    return Candidate(note_id, similarity, frozenset(keywords))
+    """An indexed note as a candidate: its keywords a tuple, as the projection keeps them."""
+    return Candidate(note_id, similarity, keywords)
 
 
 def linked(links: list[Link]) -> list[str]:

@@ -14,7 +14,7 @@ import logging
 import threading
 import time
 from collections import Counter
-from collections.abc import Iterable, Iterator
+from collections.abc import Collection, Iterable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
@@ -84,7 +84,10 @@ class Projection:
         self.ns = ns
         self.index = index
         self.ids: dict[int, str] = {}
-        self.keywords: dict[int, frozenset[str]] = {}
+        #: seq -> the note's keywords, as a tuple: tuples of strings are not tracked by the
+        #: garbage collector (frozensets were, one per note: a full collection walked them all,
+        #: 0.14 s at 200k notes against 0.05 s)
+        self.keywords: dict[int, tuple[str, ...]] = {}
         self.lexical = lexical
         self.position = "0-0"  #: last change-log entry applied
         #: whether the last search found nothing to catch up (the next one then draws its
@@ -99,7 +102,7 @@ class Projection:
         seqs: list[int],
         ids: list[str],
         vecs: np.ndarray,
-        keywords: list[frozenset[str]],
+        keywords: Sequence[Collection[str]],
         terms: list[list[str]],
         *,
         rebuild: bool = False,
@@ -116,7 +119,7 @@ class Projection:
         )
         for seq, nid, kws, words in zip(seqs, ids, keywords, terms, strict=True):
             self.ids[seq] = nid
-            self.keywords[seq] = kws
+            self.keywords[seq] = tuple(kws)
             self.lexical.add(seq, words)
 
     def remove(self, seqs: list[int]) -> None:
@@ -254,7 +257,7 @@ def _add_from_notes(
         seqs.append(seq)
         ids.append(nid)
         vecs.append(vectors.decode(vec))
-        kws.append(frozenset(msgpack.unpackb(raw_kws) if raw_kws else ()))
+        kws.append(msgpack.unpackb(raw_kws) if raw_kws else [])
         terms.append(analyze(content.decode()))
     if seqs:
         proj.add(seqs, ids, np.vstack(vecs), kws, terms, rebuild=rebuild)
@@ -387,7 +390,7 @@ def pack_side(side: dict[str, Any], chunk: int = PACK_CHUNK) -> bytes:
 
 
 def _packb(value: Any) -> bytes:
-    return bytes(msgpack.packb(value, use_bin_type=True, default=_sorted_set))
+    return bytes(msgpack.packb(value, use_bin_type=True))
 
 
 def _map_header(size: int) -> bytes:
@@ -397,13 +400,6 @@ def _map_header(size: int) -> bytes:
     if size < 1 << 16:
         return b"\xde" + size.to_bytes(2, "big")
     return b"\xdf" + size.to_bytes(4, "big")
-
-
-def _sorted_set(value: object) -> list[Any]:
-    """A set as msgpack writes it: a sorted list (made as it packs, freed at once)."""
-    if isinstance(value, frozenset):
-        return sorted(value)
-    raise TypeError(f"cannot pack {type(value).__name__}")
 
 
 def _pairs(raw: Any) -> Iterable[tuple[Any, Any]]:
@@ -436,7 +432,7 @@ def _load_snapshot(ctx: Source, ns: str) -> Projection | None:
     index.nprobe, index.ef_search = s.ivf_nprobe, s.hnsw_ef_search
     proj = Projection(ns, index, _new_lexical(ctx))
     proj.ids = {int(s): nid for s, nid in _pairs(side["ids"])}
-    proj.keywords = {int(s): frozenset(k) for s, k in _pairs(side["keywords"])}
+    proj.keywords = {int(s): tuple(k) for s, k in _pairs(side["keywords"])}
     for seq, counts in _pairs(side.get("terms", [])):
         proj.lexical.add(int(seq), Counter(counts).elements())
     proj.position = side["position"]

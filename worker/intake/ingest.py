@@ -339,10 +339,10 @@ def _find(ctx: WorkerContext, proj: Projection, todo: list[Pending]) -> _Found:
     if not linking:
         return _Found([], [], {})
     scores, seqs = proj.index.search(_stack(linking), min(s.link_k + 1, max(len(proj.index), 1)))
-    ids, keywords, none = proj.ids, proj.keywords, frozenset[str]()
+    ids, keywords = proj.ids, proj.keywords
     candidates = [
         [
-            Candidate(nid, v, keywords.get(q, none))
+            Candidate(nid, v, keywords.get(q, ()))
             for v, q in zip(vs, qs, strict=True)
             if (nid := ids.get(q)) is not None
         ]
@@ -382,6 +382,6 @@ def _stack(items: list[Pending]) -> npt.NDArray[np.float32]:
 
 def _apply(proj: Projection, todo: list[Pending]) -> None:
     vecs = _stack(todo)
-    kws = [frozenset(p.keywords) for p in todo]
+    kws = [p.keywords for p in todo]
     terms = [analyze(p.job.content) if p.terms is None else p.terms for p in todo]
     proj.add([p.seq for p in todo], [p.job.id for p in todo], vecs, kws, terms)

@@ -14,7 +14,7 @@ that judged it ("model:<name>"). ``store.degree.cap_degree`` keeps every note at
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Collection, Sequence
 from dataclasses import dataclass
 from operator import itemgetter
 from typing import NamedTuple
@@ -42,7 +42,7 @@ class Candidate(NamedTuple):
 
     note_id: str
     similarity: float
-    keywords: frozenset[str]
+    keywords: Collection[str]  #: an indexed note's are a tuple (worker/index/projection.py)
 
 
 def judge(
@@ -68,7 +68,7 @@ def judge(
             break
         if note_id == new_id or note_id in seen:
             continue
-        common = new_keywords & keywords
+        common = new_keywords.intersection(keywords)
         if common:
             shared = sorted([(-rarity(kw), kw) for kw in common])  # rarest first
             evidence = -sum([minus for minus, _ in shared]) >= min_shared
@@ -87,7 +87,7 @@ def judge(
 def batch_candidates(
     ids: Sequence[str],
     vecs: npt.NDArray[np.float32],
-    keywords: Sequence[frozenset[str]],
+    keywords: Sequence[Collection[str]],
     k: int,
 ) -> list[list[Candidate]]:
     """For each note of a batch, its k most similar *earlier* notes of the same batch, most
