@@ -228,8 +228,7 @@ def test_a_snapshot_loads_its_notes_keywords_and_terms_as_held_and_so_does_an_ol
     caplog.set_level(logging.INFO, logger="worker.index.projection")
     seed(pctx, "x")
     proj = pctx.projection("x")
-    with proj.lock:
-        path = write_snapshot(pctx, freeze(pctx, proj))
+    path = write_snapshot(pctx, freeze(pctx, proj))
     meta = path.with_suffix(".meta")
     side = msgpack.unpackb(meta.read_bytes(), strict_map_key=False)
     older = dict(side, format=2, **{k: list(side[k].items()) for k in ("ids", "keywords", "terms")})
@@ -248,13 +247,40 @@ def test_a_snapshot_loads_its_notes_keywords_and_terms_as_held_and_so_does_an_ol
             restarted.close()
 
 
+def test_a_snapshot_copies_an_approximate_index_apart_with_the_notes_organised_meanwhile(
+    redis_db, tmp_path
+):
+    """An IVF index is copied list by list; notes organised before the copy is finished (here
+    as it finishes, holding the lock) are in it, as they are in the maps saved beside it."""
+    ctx = build(tmp_path, ann_threshold=20)
+    try:
+        with MemoryClient(ctx.settings) as mem:
+            mem.store_many([f"note {i} about topic {i % 7}" for i in range(60)], namespace="x")
+            drain_all(ctx)
+            proj = ctx.projection("x")
+            assert proj.index.kind == "ivf"
+
+            def meanwhile() -> None:
+                mem.store_many([f"later note {i}" for i in range(10)], namespace="x")
+                drain_all(ctx)
+
+            frozen = freeze(ctx, proj, meanwhile)
+        assert len(proj.ids) == len(frozen.side["ids"]) == 70
+        path = write_snapshot(ctx, frozen)
+        saved = VectorIndex.load(path)
+        assert (saved.kind, len(saved)) == ("ivf", 70)
+        assert all(seq in saved for seq in frozen.side["ids"])
+        assert not proj.index._copies  # the copy keeps no more changes
+    finally:
+        ctx.close()
+
+
 def test_a_snapshot_is_written_from_its_copy_while_the_projection_moves_on(pctx):
     """The projection's lock is held for the copy only: notes organised while the snapshot is
     written are not in it, and a process that loads it catches up on them."""
     seed(pctx, "x")
     proj = pctx.projection("x")
-    with proj.lock:
-        frozen = freeze(pctx, proj)
+    frozen = freeze(pctx, proj)
     first = set(proj.ids.values())
     seed(pctx, "x")  # organised (the projection moves) before the snapshot is written
     assert set(pctx.projection("x").ids.values()) > first

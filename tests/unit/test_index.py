@@ -291,7 +291,9 @@ def test_a_copy_answers_as_the_index_did_whatever_changes_after_it(
 ) -> None:
     index, vecs = filled(n, ann_threshold=50, ann=ann)
     before = index.search(vecs, k=5)
-    copy = index.copy()
+    with index.copying(nullcontext()) as taking:
+        taking.read()
+        copy = taking.finish()
 
     index.remove(seq_array(0, 1, 2))
     index.add(seq_array(n + 1), unit_vectors(1, seed=7))
@@ -540,12 +542,30 @@ def test_an_ivf_retrain_reads_its_lists_apart_and_takes_the_changes_made_between
     index.add(np.arange(300, dtype=np.int64), vecs[:300])
     index.add(np.arange(300, 1_300, dtype=np.int64), vecs[300:1_300], rebuild=False)
     assert (index.kind, index.rebuild_due()) == ("ivf", True)
-    now = {seq: seq for seq in range(1_300)}  # seq -> row of vecs it holds
-    moves = iter(range(1_300, 1_600))
+    change, now = meddled(index, vecs, 1_300)
+
+    hold = Meddling(change(i) for i in range(300))
+    plan = index.begin_rebuild(hold)
+    built = plan.build()
+    assert plan.replayed > 0
+    for i in range(300, 330):  # changes after the build
+        change(i)()
+    index.end_rebuild(built, plan.replayed)
+
+    assert hold.entered > 1  # one list at a time
+    assert (index.kind, index.rebuild_due()) == ("ivf", False)
+    holds_exactly(index, now, vecs, 1_300)
+
+
+def meddled(index: VectorIndex, vecs: npt.NDArray[np.float32], n: int) -> Any:
+    """``change(i)``: a change to ``index`` as ingest would make it (a note's new vector, a
+    removal, a note back); ``now`` maps each live seq to the row of ``vecs`` it holds."""
+    now = {seq: seq for seq in range(n)}
+    moves = iter(range(n, len(vecs)))
 
     def change(i: int) -> Any:
         def run() -> None:
-            seq = (i * 97) % 1_300
+            seq = (i * 97) % n
             if i % 3 == 0:  # a new vector for a note: it moves to another list
                 row = next(moves)
                 index.add(seq_array(seq), vecs[row : row + 1], rebuild=False)
@@ -559,22 +579,80 @@ def test_an_ivf_retrain_reads_its_lists_apart_and_takes_the_changes_made_between
 
         return run
 
-    hold = Meddling(change(i) for i in range(300))
-    plan = index.begin_rebuild(hold)
-    built = plan.build()
-    assert plan.replayed > 0
-    for i in range(300, 330):  # changes after the build
-        change(i)()
-    index.end_rebuild(built, plan.replayed)
+    return change, now
 
-    assert hold.entered > 1  # one list at a time
-    assert (index.kind, index.rebuild_due(), len(index)) == ("ivf", False, len(now))
-    assert all(seq in index for seq in now)
-    assert not any(seq in index for seq in range(1_300) if seq not in now)
-    index.nprobe = 1_000  # every list: the nearest is the note itself
+
+def holds_exactly(
+    index: VectorIndex, now: dict[int, int], vecs: npt.NDArray[np.float32], n: int
+) -> None:
+    assert len(index) == len(now) and all(seq in index for seq in now)
+    assert not any(seq in index for seq in range(n) if seq not in now)
+    index.nprobe = 1_000  # every list: the nearest is the note itself, found once
     live = np.array(sorted(now), dtype=np.int64)
-    rows = np.array([now[s] for s in live.tolist()])
-    np.testing.assert_array_equal(index.search(vecs[rows], k=1)[1][:, 0], live)
+    seqs = index.search(vecs[[now[s] for s in live.tolist()]], k=2)[1]
+    np.testing.assert_array_equal(seqs[:, 0], live)
+    assert (seqs[:, 1] != live).all()  # no seq held twice
+
+
+def test_an_ivf_copy_reads_its_lists_apart_and_takes_the_changes_made_meanwhile() -> None:
+    index = VectorIndex(DIM, ann_threshold=40)
+    vecs = unit_vectors(1_600)
+    index.add(np.arange(1_300, dtype=np.int64), vecs[:1_300])
+    assert index.kind == "ivf"
+    change, now = meddled(index, vecs, 1_300)
+    hold = Meddling(change(i) for i in range(300))
+    with index.copying(hold) as taking:
+        for i in range(300, 310):  # before the lists are read: in the copy and kept too
+            change(i)()
+        taking.read()
+        for i in range(310, 330):  # after: kept
+            change(i)()
+        copy = taking.finish()
+        seen = dict(now)
+    assert hold.entered > 10  # one list at a time
+    for i in range(330, 360):  # after it finished: not in the copy
+        change(i)()
+
+    assert copy.kind == "ivf" and not index._copies
+    holds_exactly(copy, seen, vecs, 1_300)
+    holds_exactly(index, now, vecs, 1_300)
+
+
+def test_an_ivf_copy_with_no_change_has_the_same_lists() -> None:
+    index, vecs = filled(2_000, ann_threshold=50)
+    with index.copying(nullcontext()) as taking:
+        taking.read()
+        copy = taking.finish()
+    for got, want in zip(copy.search(vecs, k=10), index.search(vecs, k=10), strict=True):
+        np.testing.assert_array_equal(got, want)
+
+
+@pytest.mark.parametrize(("n", "ann"), [(30, "ivf"), (120, "hnsw")])
+def test_a_flat_or_hnsw_copy_is_taken_whole_and_takes_the_changes_made_after(
+    n: int, ann: Ann
+) -> None:
+    index = VectorIndex(DIM, ann_threshold=50, ann=ann)
+    vecs = unit_vectors(n + 40)
+    index.add(np.arange(n, dtype=np.int64), vecs[:n])
+    change, now = meddled(index, vecs, n)
+    with index.copying(Meddling(iter(()))) as taking:
+        for i in range(30):
+            change(i)()
+        taking.read()
+        copy = taking.finish()
+    assert copy.kind == index.kind
+    assert len(copy) == len(now) and all(seq in copy for seq in now)
+    live = np.array(sorted(now), dtype=np.int64)
+    np.testing.assert_array_equal(
+        copy.search(vecs[[now[s] for s in live.tolist()]], k=1)[1][:, 0], live
+    )
+
+
+def test_a_copy_given_up_keeps_no_changes() -> None:
+    index, _ = filled(2_000, ann_threshold=50)
+    with pytest.raises(RuntimeError), index.copying(nullcontext()):
+        raise RuntimeError("disk full")
+    assert not index._copies
 
 
 def test_namespaces_due_together_rebuild_one_at_a_time() -> None:

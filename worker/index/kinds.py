@@ -130,11 +130,14 @@ class Ivf(SeqKeyed):
     index: faiss.IndexIVFScalarQuantizer
     kind: Kind = "ivf"
 
-    def __init__(self, index: faiss.IndexIVFScalarQuantizer, trained_on: int) -> None:
+    def __init__(
+        self, index: faiss.IndexIVFScalarQuantizer, trained_on: int, seqs: set[int] | None = None
+    ) -> None:
+        """``seqs``: the seqs ``index`` holds, when the caller has them (else read from it)."""
         self.index = index
         self.trained_on = trained_on
         self.row_seq: Seqs = np.empty(0, dtype=np.int64)
-        self._seqs: set[int] = set(self.codes(vectors=False)[0].tolist())
+        self._seqs: set[int] = set(self.codes(vectors=False)[0].tolist()) if seqs is None else seqs
 
     @classmethod
     def trained(cls, vecs: Floats, nprobe: int) -> Ivf:
@@ -154,6 +157,35 @@ class Ivf(SeqKeyed):
     def export(self, hold: Hold) -> tuple[Seqs, Floats]:
         seqs, codes = self.codes(hold=hold)
         return seqs, self.decode(codes)
+
+    def copy(self, hold: Hold) -> Ivf:
+        """A copy with the same lists (the same quantizer, each list's entries copied as they
+        are), read as ``export`` reads: holding ``hold`` for one list at a time, so a seq changed
+        meanwhile may be held twice or not at all (the caller replays every change made since
+        it began, each removing every copy of its seqs first)."""
+        src = self.index
+        lists = src.invlists
+        assert lists is not None, "an IVF index owns its lists"
+        quantizer = faiss.clone_index(src.quantizer)  # trained once, never changed
+        index = faiss.IndexIVFScalarQuantizer(
+            quantizer, src.d, lists.nlist, src.sq.qtype, src.metric_type, src.by_residual
+        )
+        index.sq = src.sq  # a copy of the codec, trained as it is
+        index.is_trained, index.nprobe = src.is_trained, src.nprobe
+        into = index.invlists
+        assert into is not None
+        seqs: set[int] = set()  # built list by list: one set() of a million holds the GIL long
+        for i in range(lists.nlist):
+            with hold:
+                size = lists.list_size(i)
+                if not size:
+                    continue
+                ids = faiss.rev_swig_ptr(lists.get_ids(i), size).copy()
+                codes = faiss.rev_swig_ptr(lists.get_codes(i), size * lists.code_size).copy()
+            into.add_entries(i, size, faiss.swig_ptr(ids), faiss.swig_ptr(codes))
+            index.ntotal += size
+            seqs.update(ids.tolist())
+        return Ivf(index, self.trained_on, seqs)
 
     def needs_rebuild(self) -> bool:
         n = len(self)

@@ -14,7 +14,7 @@ import logging
 import threading
 import time
 from collections import Counter
-from collections.abc import Collection, Iterable, Iterator, Sequence
+from collections.abc import Callable, Collection, Iterable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
@@ -342,21 +342,33 @@ class Frozen:
     side: dict[str, Any]
 
 
-def freeze(ctx: Source, proj: Projection) -> Frozen:
-    """Copy what a snapshot of ``proj`` holds; call with ``proj.lock`` held. The maps are shallow
-    copies (one object each, so that a copy does not make the garbage collector walk the
-    process: a list of pairs made a full collection, 0.4 s at 300k notes): their values (a
-    note's id, keywords and term counts) are replaced, never changed."""
-    side = {
-        "format": SNAPSHOT_FORMAT,
-        "ns": proj.ns,
-        "position": proj.position,
-        "embedder": ctx.embedder.name,
-        "ids": dict(proj.ids),
-        "keywords": dict(proj.keywords),
-        "terms": dict(proj.lexical.docs),
-    }
-    return Frozen(proj.ns, proj.index.copy(), side)
+def freeze(ctx: Source, proj: Projection, settle: Callable[[], object] | None = None) -> Frozen:
+    """Copy what a snapshot of ``proj`` holds, holding ``proj.lock`` only for moments: the vector
+    index is copied apart (an IVF index list by list, the changes made meanwhile applied to the
+    copy: ``VectorIndex.copying``), then, holding the lock, ``settle`` runs (the snapshotter
+    catches up there) and the copy is finished at the position the maps are copied at. The maps
+    are shallow copies (one object each, so that a copy does not make the garbage collector walk
+    the process: a list of pairs made a full collection, 0.4 s at 300k notes): their values (a
+    note's id, keywords and term counts) are replaced, never changed. Call without the lock (with
+    it, it is held throughout)."""
+    index = proj.index
+    with index.copying(proj.lock) as copy:
+        copy.read()
+        with proj.lock:
+            if settle is not None:
+                settle()
+            if proj.index is not index:  # rebuilt from Redis meanwhile: copied again, held
+                return freeze(ctx, proj)
+            side = {
+                "format": SNAPSHOT_FORMAT,
+                "ns": proj.ns,
+                "position": proj.position,
+                "embedder": ctx.embedder.name,
+                "ids": dict(proj.ids),
+                "keywords": dict(proj.keywords),
+                "terms": dict(proj.lexical.docs),
+            }
+            return Frozen(proj.ns, copy.finish(), side)
 
 
 def write_snapshot(ctx: Source, frozen: Frozen) -> Path:

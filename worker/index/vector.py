@@ -18,9 +18,13 @@ it need not hold its lock for the build (worker/index/projection.py ``Projection
 
 On disk a snapshot is one file, replaced atomically: an npy header, the npy row -> seq array
 (empty for flat) and the ``faiss.write_index`` bytes. A snapshot is a cache: Redis is the truth.
-Not thread-safe, but for ``Rebuild.build``: it reads the index that made it only holding the
-owner's lock, and otherwise only the changes the owner appends to its journal (a list read up to
-its length at the time); each worker process owns its indexes and runs FAISS on one thread.
+It is written from a copy taken apart like a rebuild (``copying``: an IVF index's lists read one
+at a time under the owner's lock, the changes made meanwhile applied to the copy as it is
+finished), so the owner's lock is never held for the whole index.
+Not thread-safe, but for ``Rebuild.build`` and ``Copy.read``: they read the index that made them
+only holding the owner's lock, and otherwise only the changes the owner appends to their
+journals (``Rebuild.build`` reads its own up to its length at the time); each worker process
+owns its indexes and runs FAISS on one thread.
 """
 
 from __future__ import annotations
@@ -30,7 +34,8 @@ import os
 import pathlib
 import tempfile
 import time
-from contextlib import nullcontext
+from collections.abc import Iterator
+from contextlib import contextmanager, nullcontext
 from typing import Literal, TypeGuard
 
 import faiss
@@ -92,6 +97,7 @@ class VectorIndex:
         self._backend: Backend = Flat.empty(dim)
         #: the changes made since ``begin_rebuild`` (seqs, vectors or None for a removal)
         self._journal: list[Change] | None = None
+        self._copies: set[Copy] = set()  #: copies being taken apart, each keeping the changes
         self._due_at: int | None = None  #: the live count when a deferred rebuild became due
         self._begun = 0.0  #: when the open rebuild began (perf_counter)
 
@@ -138,17 +144,22 @@ class VectorIndex:
             raise ValueError(f"{len(ids)} seqs for {len(x)} vectors")
         ids, x = _last_wins(ids, x)
         _replace(self._backend, ids, x)
-        if self._journal is not None:
-            self._journal.append((ids, x))
+        self._keep((ids, x))
         self._after_change(rebuild)
 
     def remove(self, seqs: npt.NDArray[np.int64], *, rebuild: bool = True) -> None:
         """Remove vectors by seq; unknown seqs are ignored. ``rebuild`` as for ``add``."""
         ids = np.unique(_as_seqs(seqs))
         _replace(self._backend, ids, None)
-        if self._journal is not None:
-            self._journal.append((ids, None))
+        self._keep((ids, None))
         self._after_change(rebuild)
+
+    def _keep(self, change: Change) -> None:
+        """Note a change for the open rebuild and the copies being taken."""
+        if self._journal is not None:
+            self._journal.append(change)
+        for copy in self._copies:
+            copy.journal.append(change)
 
     def rebuild_due(self) -> bool:
         """Whether the index should be rebuilt now (as another kind, or its IVF lists retrained
@@ -201,11 +212,20 @@ class VectorIndex:
         scores[seqs < 0] = -np.inf
         return scores, seqs
 
-    def copy(self) -> VectorIndex:
-        """An independent copy (FAISS ``clone_index``: as much memory as the index again), so a
-        snapshot can be written from it while this one goes on changing."""
-        index = faiss.clone_index(self._backend.index)
-        return self._from_parts(self._header(), self._backend.row_seq.copy(), index)
+    @contextmanager
+    def copying(self, hold: Hold) -> Iterator[Copy]:
+        """An independent copy taken apart from this index (as much memory as the index again),
+        so that a snapshot can be written from it while this one goes on changing: ``read``
+        (called without ``hold``, the lock the caller changes this index under) copies an IVF
+        index's lists taking ``hold`` for one list at a time, and ``finish`` (called holding it)
+        applies the changes made since the copy began. Other kinds are copied whole when it
+        begins, holding ``hold``."""
+        copy = Copy(self, hold)
+        try:
+            yield copy
+        finally:
+            with hold:
+                self._copies.discard(copy)
 
     def save(self, path: pathlib.Path) -> None:
         """Write a snapshot atomically: readers see the old file or the new one, never a mix."""
@@ -249,6 +269,20 @@ class VectorIndex:
         loaded = cls(dim, threshold, ann, m, ef_search, ef_construction, nprobe)
         loaded._backend = _backend_from(kind_code, index, row_seq, trained)
         return loaded
+
+    def _with_backend(self, backend: Backend) -> VectorIndex:
+        """An index with this one's settings over ``backend``."""
+        made = VectorIndex(
+            self.dim,
+            self.ann_threshold,
+            self.ann,
+            self.hnsw_m,
+            self._ef_search,
+            self.ef_construction,
+            self._nprobe,
+        )
+        made._backend = backend
+        return made
 
     def _header(self) -> npt.NDArray[np.int64]:
         trained = self._backend.trained_on if isinstance(self._backend, Ivf) else 0
@@ -320,6 +354,42 @@ class Rebuild:
         for ids, x in self.journal[: self.replayed]:
             _replace(backend, ids, x)
         return backend
+
+
+class Copy:
+    """A copy of ``index`` being taken apart from it (``VectorIndex.copying``): begun holding
+    ``hold``, read list by list (``read``), finished with the changes made since it began
+    (``finish``)."""
+
+    def __init__(self, index: VectorIndex, hold: Hold) -> None:
+        self.index, self.hold = index, hold
+        self.journal: list[Change] = []  #: the changes made since it began, appended by ``index``
+        with hold:
+            index._copies.add(self)
+            self.source = index._backend
+            self.backend = None if isinstance(self.source, Ivf) else _clone(self.source)
+
+    def read(self) -> None:
+        """Copy an IVF index's lists, taking ``hold`` for one list at a time (call without it)."""
+        if self.backend is None:
+            assert isinstance(self.source, Ivf)
+            self.backend = self.source.copy(self.hold)
+
+    def finish(self) -> VectorIndex:
+        """The copy as the index is now (call holding ``hold``, after ``read``): the changes made
+        since it began applied in order, each removing every copy of its seqs first (a seq that
+        moved between two lists' reads was copied twice). Its changes are no longer kept."""
+        assert self.backend is not None, "finish() after read()"
+        self.index._copies.discard(self)
+        for ids, x in self.journal:
+            _replace(self.backend, ids, x)
+        return self.index._with_backend(self.backend)
+
+
+def _clone(backend: Backend) -> Backend:
+    """A whole copy of a flat or HNSW index (FAISS ``clone_index``)."""
+    index = faiss.clone_index(backend.index)
+    return _backend_from(_KIND_CODES[backend.kind], index, backend.row_seq.copy(), 0)
 
 
 def _replace(backend: Backend, ids: Seqs, x: Floats | None) -> None:

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import logging
 import time
+from functools import partial
 
 from redis.exceptions import RedisError
 
@@ -31,16 +32,15 @@ def snapshot_all(ctx: WorkerContext) -> int:
     picked = due[: ctx.settings.periodic_max_namespaces]
     for ns in picked:
         proj = held[ns]
-        with proj.lock:  # held for the copy only: ingest and searches go on while it is written
+        with proj.lock:
             catch_up(ctx, proj)
-            frozen = freeze(ctx, proj)
-            size, kind, position = len(proj.index), proj.index.kind, proj.position
+        # the lock is held for moments only: ingest and searches go on while it is copied
+        # and written; caught up again as the copy is finished
+        frozen = freeze(ctx, proj, partial(catch_up, ctx, proj))
         write_snapshot(ctx, frozen)
-        ctx.snapshots[ns] = position
-        ctx.redis.hset(
-            ctx.keys.stats(ns),
-            mapping={"index_kind": kind, "index_size": size, "last_snapshot": time.time()},
-        )
+        ctx.snapshots[ns] = frozen.side["position"]
+        stats = {"index_kind": frozen.index.kind, "index_size": len(frozen.index)}
+        ctx.redis.hset(ctx.keys.stats(ns), mapping={**stats, "last_snapshot": time.time()})
     seconds = time.perf_counter() - started
     left = len(due) - len(picked)
     run = PeriodicRun(
