@@ -6,10 +6,11 @@ from __future__ import annotations
 from typing import Any
 
 import msgpack
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from worker.index.projection import pack_side
+from worker.index.projection import pack_side, unpack_side
 
 WORDS = st.text(alphabet="abcdefgh", min_size=1, max_size=6)
 SEQS = st.integers(min_value=0, max_value=2**40)
@@ -40,3 +41,37 @@ def test_a_map_past_map16_keeps_its_header_and_order() -> None:
     packed = pack_side(side, 10_000)
     assert packed == whole(side)
     assert list(msgpack.unpackb(packed, strict_map_key=False)["keywords"])[:2] == [70_000, 69_999]
+
+
+PAIRS = st.lists(st.tuples(SEQS, st.text(max_size=8)), max_size=40)
+
+
+@settings(max_examples=300, deadline=None)
+@given(ids=MAPS, keywords=st.one_of(MAPS, PAIRS), terms=MAPS, chunk=st.integers(1, 12))
+def test_a_side_read_an_entry_at_a_time_is_the_side_unpacked_whole(
+    ids: dict[int, Any], keywords: Any, terms: dict[int, Any], chunk: int
+) -> None:
+    side = {"format": 3, "ns": "n", "position": "1-0", "ids": ids, "keywords": keywords}
+    side["terms"], side["none"], side["list"] = terms, None, []
+    packed = pack_side(side, chunk)
+    assert unpack_side(packed) == msgpack.unpackb(packed, strict_map_key=False)
+
+
+def test_a_big_map_is_read_as_unpackb_reads_it() -> None:
+    side = {"format": 3, "ids": {seq: f"n{seq}" for seq in range(70_000)}, "keywords": {}}
+    packed = pack_side(side)
+    assert unpack_side(packed) == side
+
+
+@pytest.mark.parametrize(
+    "raw",
+    [
+        msgpack.packb({"format": 3, "ids": {1: "a", 2: "b"}})[:-1],  # cut short
+        msgpack.packb({"format": 3, "ids": {1: "a"}}) + b"\x01",  # more after it
+        msgpack.packb([3, {1: "a"}]),  # not a map
+        b"",
+    ],
+)
+def test_a_side_that_is_not_one_whole_map_is_refused(raw: bytes) -> None:
+    with pytest.raises((ValueError, msgpack.UnpackException)):
+        unpack_side(raw)

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import fcntl
 import hashlib
+import io
 import logging
 import threading
 import time
@@ -42,6 +43,10 @@ READ_FORMATS = frozenset({2, SNAPSHOT_FORMAT})
 CATCH_UP_CHUNK = 2_000  #: change-log entries read per round trip
 REBUILD_CHUNK = 1_000  #: notes fetched per round trip when rebuilding
 PACK_CHUNK = 10_000  #: map entries a snapshot's sidecar packs per call (pack_side)
+SIDE_READ_SIZE = 1 << 20  #: bytes of a sidecar ``unpack_side`` reads at a time
+#: msgpack's first bytes of a map (fixmap, map 16, map 32) and of an array
+MSGPACK_MAPS = frozenset({*range(0x80, 0x90), 0xDE, 0xDF})
+MSGPACK_ARRAYS = frozenset({*range(0x90, 0xA0), 0xDC, 0xDD})
 #: one ``settle_soon`` rebuild at a time per process: each holds a copy of its namespace's
 #: vectors and a second index while it builds, so namespaces due together take turns
 _REBUILD_TURN = threading.Lock()
@@ -414,6 +419,30 @@ def _map_header(size: int) -> bytes:
     return b"\xdf" + size.to_bytes(4, "big")
 
 
+def unpack_side(raw: bytes) -> dict[Any, Any]:
+    """``msgpack.unpackb(raw)`` of a sidecar (a map), its maps and lists read an entry at a
+    time: one call unpacking a million-note map holds the GIL for seconds, stalling the
+    process's drains and searches of other namespaces while it opens this one; between entries
+    other threads run. Raises what ``unpackb`` would for data that is not one such map."""
+    unpacker = msgpack.Unpacker(
+        io.BytesIO(raw), raw=False, strict_map_key=False, read_size=SIDE_READ_SIZE
+    )
+    unpack = unpacker.unpack
+    side: dict[Any, Any] = {}
+    for _ in range(unpacker.read_map_header()):
+        key = unpack()
+        kind = raw[unpacker.tell() : unpacker.tell() + 1]
+        if kind and kind[0] in MSGPACK_MAPS:
+            side[key] = {unpack(): unpack() for _ in range(unpacker.read_map_header())}
+        elif kind and kind[0] in MSGPACK_ARRAYS:
+            side[key] = [unpack() for _ in range(unpacker.read_array_header())]
+        else:
+            side[key] = unpack()
+    if unpacker.tell() != len(raw):
+        raise msgpack.ExtraData(side, raw[unpacker.tell() :])
+    return side
+
+
 def _pairs(raw: Any) -> Iterable[tuple[Any, Any]]:
     """(seq, value) pairs of a sidecar map (format 3) or list of pairs (format 2)."""
     return raw.items() if isinstance(raw, dict) else raw
@@ -428,7 +457,7 @@ def _load_snapshot(ctx: Source, ns: str) -> Projection | None:
         with _locked(path, shared=True):
             if not path.exists() or not meta.exists():
                 return None
-            side = msgpack.unpackb(meta.read_bytes(), raw=False, strict_map_key=False)
+            side = unpack_side(meta.read_bytes())
             index = VectorIndex.load(path)
     except (IndexCorrupt, ValueError, OSError, msgpack.UnpackException) as exc:
         log.warning("snapshot of ns=%s unusable (%s); rebuilding from Redis", ns, exc)
