@@ -247,6 +247,21 @@ def test_a_snapshot_loads_its_notes_keywords_and_terms_as_held_and_so_does_an_ol
             restarted.close()
 
 
+@pytest.mark.parametrize("sidecar", [msgpack.packb([3, "x"]), b"\x81"])
+def test_a_snapshot_whose_sidecar_is_not_a_whole_map_is_rebuilt_from_redis(pctx, caplog, sidecar):
+    caplog.set_level(logging.INFO, logger="worker.index.projection")
+    seed(pctx, "x")
+    proj = pctx.projection("x")
+    path = write_snapshot(pctx, freeze(pctx, proj))
+    path.with_suffix(".meta").write_bytes(sidecar)
+    restarted = WorkerContext.build(pctx.settings)
+    try:
+        assert set(restarted.projection("x").ids.values()) == set(proj.ids.values())
+        assert "unusable" in caplog.text and "rebuilt ns=x" in caplog.text
+    finally:
+        restarted.close()
+
+
 def test_a_snapshot_copies_an_approximate_index_apart_with_the_notes_organised_meanwhile(
     redis_db, tmp_path
 ):
