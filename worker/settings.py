@@ -125,6 +125,11 @@ class WorkerSettings(ProducerSettings):
     ivf_nprobe: int = Field(default=8, ge=1, le=4_096)
     """IVF lists scanned per query (higher: better recall, slower linking and dense search)."""
 
+    ivf_search_share: float = Field(default=1 / 64, ge=0.0, le=1.0)
+    """A search's dense channel scans at least this share of an IVF index's lists (and at least
+    ivf_nprobe): the lists grow in number with the namespace (2 per sqrt of its notes), so a
+    fixed count scans less and less of it (0: ivf_nprobe alone)."""
+
     hnsw_m: int = Field(default=16, ge=4, le=128)
     """HNSW graph degree (higher: better recall, slower)."""
 

@@ -144,12 +144,15 @@ def measure_recall(run: Run, ctx: WorkerContext, path: Path) -> None:
     queries = np.ascontiguousarray(ctx.embedder.embed(texts), dtype=np.float32)
     faiss.normalize_L2(queries)
     _, rows = exact.search(queries, K)
-    _, found = index.search(queries, K)
+    share = ctx.settings.ivf_search_share
+    _, found = index.search(queries, K, share)  # as a search scans it (linking: nprobe)
     truth = seqs[rows]
     recall = overlap(found, truth)
     if index.kind == "ivf":
         sweep_nprobe(run, index, queries, truth)
-    run.facts["index"] = f"{index.kind}, {len(index):,} vectors, nprobe {index.nprobe}"
+    run.facts["index"] = (
+        f"{index.kind}, {len(index):,} vectors, nprobe {index.nprobe}, search share {share:g}"
+    )
     run.facts["recall took"] = f"{time.monotonic() - started:.0f} s"
     run.check(
         f"dense recall@{K} against exact search, {RECALL_QUERIES:,} queries, ≥ {RECALL_GOAL}",

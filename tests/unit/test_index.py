@@ -306,6 +306,24 @@ def test_a_copy_answers_as_the_index_did_whatever_changes_after_it(
         np.testing.assert_array_equal(got, want)
 
 
+def test_an_ivf_search_scans_at_least_the_share_of_lists_it_is_given() -> None:
+    index, _ = filled(4_000, ann_threshold=50)
+    exact, _ = filled(4_000)
+    queries = unit_vectors(200, seed=3)
+    index.nprobe = 1
+    truth = exact.search(queries, 10)[1]
+
+    def recall(share: float) -> float:
+        found = index.search(queries, 10, share)[1]
+        return sum(len(set(f) & set(t)) for f, t in zip(found, truth, strict=True)) / truth.size
+
+    assert index.kind == "ivf" and recall(0.0) < 0.6  # one list of ~100
+    assert recall(0.25) > recall(0.0)
+    assert recall(1.0) > 0.99  # every list (float16 codes may swap near ties)
+    assert index.nprobe == 1  # the share is the call's, not the index's
+    assert recall(0.001) == recall(0.0)  # under one list's share: nprobe
+
+
 def test_save_replaces_an_existing_snapshot(tmp_path: pathlib.Path) -> None:
     path = tmp_path / "ns.zqindex"
     filled(10)[0].save(path)

@@ -20,6 +20,7 @@ L2-normalised vectors keyed by the note's int64 seq:
 
 from __future__ import annotations
 
+import math
 from contextlib import AbstractContextManager, nullcontext
 from typing import Literal, Protocol
 
@@ -62,7 +63,10 @@ class Backend(Protocol):
     def __contains__(self, seq: int) -> bool: ...
     def add(self, seqs: Seqs, vecs: Floats) -> None: ...
     def remove(self, seqs: Seqs) -> None: ...
-    def search(self, vecs: Floats, k: int) -> tuple[Floats, Seqs]: ...
+    def search(self, vecs: Floats, k: int, probe_share: float = 0.0) -> tuple[Floats, Seqs]:
+        """Best k of each query; an IVF index scans at least ``probe_share`` of its lists."""
+        ...
+
     def export(self, hold: Hold) -> tuple[Seqs, Floats]:
         """The live seqs and their vectors, read holding ``hold``; an IVF index holds it for one
         list at a time, so the index may change between two lists (a seq changed meanwhile may
@@ -93,7 +97,7 @@ class SeqKeyed:
         self.index.remove_ids(faiss.IDSelectorBatch(seqs))
         self._seqs.difference_update(seqs.tolist())
 
-    def search(self, vecs: Floats, k: int) -> tuple[Floats, Seqs]:
+    def search(self, vecs: Floats, k: int, probe_share: float = 0.0) -> tuple[Floats, Seqs]:
         return self.index.search(vecs, k)
 
 
@@ -138,6 +142,7 @@ class Ivf(SeqKeyed):
         self.trained_on = trained_on
         self.row_seq: Seqs = np.empty(0, dtype=np.int64)
         self._seqs: set[int] = set(self.codes(vectors=False)[0].tolist()) if seqs is None else seqs
+        self._params: dict[int, faiss.SearchParametersIVF] = {}  #: by nprobe, for ``search``
 
     @classmethod
     def trained(cls, vecs: Floats, nprobe: int) -> Ivf:
@@ -190,6 +195,16 @@ class Ivf(SeqKeyed):
     def needs_rebuild(self) -> bool:
         n = len(self)
         return n > IVF_REGROW * self.trained_on or n * IVF_REGROW < self.trained_on
+
+    def search(self, vecs: Floats, k: int, probe_share: float = 0.0) -> tuple[Floats, Seqs]:
+        nprobe = max(self.index.nprobe, math.ceil(probe_share * self.index.nlist))
+        if nprobe == self.index.nprobe:
+            return self.index.search(vecs, k)
+        params = self._params.get(nprobe)
+        if params is None:  # few values ever: one per list count and share
+            params = self._params[nprobe] = faiss.SearchParametersIVF()
+            params.nprobe = nprobe
+        return self.index.search(vecs, k, params=params)
 
     def codes(
         self, vectors: bool = True, hold: Hold | None = None
@@ -261,7 +276,7 @@ class Hnsw:
         self.row_seq[rows] = -1
         self._params = None
 
-    def search(self, vecs: Floats, k: int) -> tuple[Floats, Seqs]:
+    def search(self, vecs: Floats, k: int, probe_share: float = 0.0) -> tuple[Floats, Seqs]:
         scores, rows = self.index.search(vecs, k, params=self._search_params())
         seqs: Seqs = np.where(rows >= 0, self.row_seq[rows], -1)
         return scores, seqs

@@ -200,15 +200,16 @@ class VectorIndex:
         self.nprobe, self.ef_search = self._nprobe, self._ef_search  # as set meanwhile
 
     def search(
-        self, vecs: npt.NDArray[np.float32], k: int
+        self, vecs: npt.NDArray[np.float32], k: int, probe_share: float = 0.0
     ) -> tuple[npt.NDArray[np.float32], npt.NDArray[np.int64]]:
-        """Best k per query, best first, as (scores, seqs) of shape (n, k).
+        """Best k per query, best first, as (scores, seqs) of shape (n, k). An IVF index scans
+        ``nprobe`` lists, or ``probe_share`` of its lists where that is more.
 
         Where fewer than k live vectors are found, seqs are padded with -1 and scores with -inf.
         """
         if k < 1:
             raise ValueError(f"k must be positive, got {k}")
-        scores, seqs = self._backend.search(self._as_vectors(vecs), k)
+        scores, seqs = self._backend.search(self._as_vectors(vecs), k, probe_share)
         scores[seqs < 0] = -np.inf
         return scores, seqs
 

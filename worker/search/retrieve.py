@@ -272,7 +272,7 @@ def _channels(
     dense: dict[str, float] = {}
     backfill = weights["lexical"] > 0 and len(lexical) < k
     if size and (weights["dense"] > 0 or backfill):
-        scores, seqs = proj.index.search(qvec, min(n, size))
+        scores, seqs = proj.index.search(qvec, min(n, size), ctx.settings.ivf_search_share)
         dense = {
             proj.ids[q]: v
             for v, q in zip(scores[0].tolist(), seqs[0].tolist(), strict=True)
