@@ -2,7 +2,7 @@
 latency, and what ingest pays per batch (insert 256 vectors, then find each one's 11 nearest).
 
 Run from the repo root: ``PYTHONPATH=. .venv/bin/python bench/index_recall.py`` (a few minutes, one
-thread).
+thread); ``--data tight --sizes 1000000 --ann ivf`` for one data set, size and kind.
 
 Data: 256-d vectors around random cluster centres (a centre has norm about 16) with isotropic
 Gaussian noise, L2-normalised. Queries come from the same distribution and are not in the index.
@@ -16,9 +16,12 @@ its input checks, as a worker sees it.
 
 from __future__ import annotations
 
+import argparse
 import logging
 import sys
 import time
+from collections.abc import Sequence
+from typing import cast
 
 import numpy as np
 import numpy.typing as npt
@@ -104,7 +107,7 @@ def report(
     log.info("%s  %9.3f  %8.3f  %8.3f  %9.1f", row, found, p50, p95, batch_ms)
 
 
-def measure(data_set: str, n: int, rng: np.random.Generator) -> None:
+def measure(data_set: str, n: int, rng: np.random.Generator, anns: Sequence[Ann]) -> None:
     vecs_all = data(data_set, n + N_QUERIES + BATCH, rng)
     vecs, queries, batch = vecs_all[:n], vecs_all[n : n + N_QUERIES], vecs_all[n + N_QUERIES :]
     row = f"{data_set:<8} {n:>7}"
@@ -116,6 +119,8 @@ def measure(data_set: str, n: int, rng: np.random.Generator) -> None:
         ("hnsw", "ef_search", EF_SEARCHES),
     )
     for ann, knob, values in sweeps:
+        if ann not in anns:
+            continue
         index, built_s = build(vecs, 0, ann)
         log.info("%s  build %s: %.1fs (%.0f vectors/s)", row, ann, built_s, n / built_s)
         for value in values:
@@ -126,14 +131,22 @@ def measure(data_set: str, n: int, rng: np.random.Generator) -> None:
 
 
 def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--data", default=",".join(DATA_SETS), help=f"of {', '.join(DATA_SETS)}")
+    p.add_argument("--sizes", default=",".join(map(str, SIZES)), help="index sizes")
+    p.add_argument("--ann", default="ivf,hnsw", help="approximate kinds to measure")
+    args = p.parse_args()
+    data_sets, anns = args.data.split(","), args.ann.split(",")
+    if not set(data_sets) <= set(DATA_SETS) or not set(anns) <= {"ivf", "hnsw"}:
+        p.error(f"--data takes {', '.join(DATA_SETS)}; --ann takes ivf, hnsw")
     logging.basicConfig(stream=sys.stdout, level=logging.INFO, format="%(message)s")
     logging.getLogger("worker.index.vector").setLevel(logging.WARNING)
     columns = ("data", "n", "index", "recall@10", "p50 ms", "p95 ms", "batch ms")
     log.info("%-8s %7s  %-14s  %9s  %8s  %8s  %9s", *columns)
     rng = np.random.default_rng(0)
-    for data_set in DATA_SETS:
-        for n in SIZES:
-            measure(data_set, n, rng)
+    for data_set in data_sets:
+        for n in map(int, args.sizes.split(",")):
+            measure(data_set, n, rng, cast(list[Ann], anns))
 
 
 if __name__ == "__main__":
