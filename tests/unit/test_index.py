@@ -18,7 +18,7 @@ from hypothesis import strategies as st
 
 from tests.conftest import held_rebuilds
 from worker.errors import IndexCorrupt
-from worker.index import vector
+from worker.index import projection, vector
 from worker.index.lexical import LexicalIndex
 from worker.index.projection import Projection
 from worker.index.vector import FORMAT_VERSION, Ann, VectorIndex
@@ -671,6 +671,38 @@ def test_a_copy_given_up_keeps_no_changes() -> None:
     with pytest.raises(RuntimeError), index.copying(nullcontext()):
         raise RuntimeError("disk full")
     assert not index._copies
+
+
+def test_a_projections_maps_are_copied_apart_with_the_changes_made_meanwhile(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setattr(projection, "MAPS_CHUNK", 7)
+    proj = Projection("ns", VectorIndex(DIM), LexicalIndex())
+    vecs = unit_vectors(100)
+    proj.add(list(range(100)), [f"n{s}" for s in range(100)], vecs, [["k"]] * 100, [["t"]] * 100)
+
+    def change(i: int) -> Any:
+        def run() -> None:
+            seq = (i * 37) % 120
+            if i % 3 == 1:
+                proj.remove([seq])
+            else:  # a note updated, or a new one
+                proj.add([seq], [f"v{i}"], vecs[:1], [[f"k{i}"]], [[f"t{i}", "t"]])
+
+        return run
+
+    proj.lock = Meddling(change(i) for i in range(40))  # type: ignore[assignment]
+    with proj.copying_maps() as maps:
+        maps.read()
+        assert all(len(part) <= 7 for part in maps.parts[0])  # no large dict grown under the lock
+        for i in range(40, 50):  # after the read: kept for finish
+            change(i)()
+        ids, keywords, terms = maps.finish()
+        assert (ids, keywords, terms) == (proj.ids, proj.keywords, proj.lexical.docs)
+    assert proj.lock.entered > 10  # type: ignore[attr-defined]
+    assert any(nid.startswith("v") for nid in ids.values()) and len(ids) != 100
+    change(50)()  # after it finished: not in the copy
+    assert ids != proj.ids and not proj._changed
 
 
 def test_namespaces_due_together_rebuild_one_at_a_time() -> None:

@@ -10,7 +10,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from worker.index.projection import pack_side, unpack_side
+from worker.index.projection import Parts, pack_side, unpack_side
 
 WORDS = st.text(alphabet="abcdefgh", min_size=1, max_size=6)
 SEQS = st.integers(min_value=0, max_value=2**40)
@@ -75,3 +75,22 @@ def test_a_big_map_is_read_as_unpackb_reads_it() -> None:
 def test_a_side_that_is_not_one_whole_map_is_refused(raw: bytes) -> None:
     with pytest.raises((ValueError, msgpack.UnpackException)):
         unpack_side(raw)
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    parts=st.lists(st.dictionaries(SEQS, st.text(max_size=8), max_size=20), max_size=6),
+    chunk=st.integers(1, 12),
+)
+def test_a_map_in_parts_is_packed_as_the_map_it_holds(
+    parts: list[dict[int, str]], chunk: int
+) -> None:
+    disjoint: list[dict[int, str]] = []
+    seen: set[int] = set()
+    for part in parts:
+        disjoint.append({k: v for k, v in part.items() if k not in seen})
+        seen |= part.keys()
+    merged = {k: v for part in disjoint for k, v in part.items()}
+    side = {"format": 3, "ids": Parts(disjoint), "keywords": Parts([])}
+    assert pack_side(side, chunk) == whole({"format": 3, "ids": merged, "keywords": {}})
+    assert Parts(disjoint) == merged and len(Parts(disjoint)) == len(merged)

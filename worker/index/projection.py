@@ -11,11 +11,12 @@ from __future__ import annotations
 import fcntl
 import hashlib
 import io
+import itertools
 import logging
 import threading
 import time
 from collections import Counter
-from collections.abc import Callable, Collection, Iterable, Iterator, Sequence
+from collections.abc import Callable, Collection, Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
@@ -43,6 +44,7 @@ READ_FORMATS = frozenset({2, SNAPSHOT_FORMAT})
 CATCH_UP_CHUNK = 2_000  #: change-log entries read per round trip
 REBUILD_CHUNK = 1_000  #: notes fetched per round trip when rebuilding
 PACK_CHUNK = 10_000  #: map entries a snapshot's sidecar packs per call (pack_side)
+MAPS_CHUNK = 10_000  #: notes whose map entries a snapshot copies per hold of the lock
 SIDE_READ_SIZE = 1 << 20  #: bytes of a sidecar ``unpack_side`` reads at a time
 #: msgpack's first bytes of a map (fixmap, map 16, map 32) and of an array
 MSGPACK_MAPS = frozenset({*range(0x80, 0x90), 0xDE, 0xDF})
@@ -101,6 +103,8 @@ class Projection:
         self.lock = threading.RLock()
         self.rows = RowCache()  #: what searches read of these notes (worker/index/rows.py)
         self._rebuilder: threading.Thread | None = None  #: the last ``settle_soon`` thread
+        #: for each copy of the maps being taken (``freeze``), the seqs changed since it began
+        self._changed: list[set[int]] = []
 
     def add(
         self,
@@ -126,6 +130,8 @@ class Projection:
             self.ids[seq] = nid
             self.keywords[seq] = tuple(kws)
             self.lexical.add(seq, words)
+        for changed in self._changed:
+            changed.update(seqs)
 
     def remove(self, seqs: list[int]) -> None:
         if not seqs:
@@ -135,6 +141,19 @@ class Projection:
             self.ids.pop(seq, None)
             self.keywords.pop(seq, None)
             self.lexical.remove(seq)
+        for changed in self._changed:
+            changed.update(seqs)
+
+    @contextmanager
+    def copying_maps(self) -> Iterator[MapsCopy]:
+        """A copy of the id, keyword and term-count maps taken apart (``MapsCopy``); call without
+        ``lock`` held."""
+        copy = MapsCopy(self)
+        try:
+            yield copy
+        finally:
+            with self.lock:
+                self._changed = [c for c in self._changed if c is not copy.changed]
 
     def settle(self) -> None:
         """Rebuild the vector index if it is due (an IVF index grown or shrunk ``IVF_REGROW``
@@ -183,6 +202,78 @@ class Projection:
                 self.settle()
         except Exception:  # the old index serves on, and the next catch-up tries again
             log.exception("rebuilding the vector index of ns=%s failed", self.ns)
+
+
+class Parts(Mapping[int, Any]):
+    """A map held as dicts with disjoint keys: a snapshot's copy of one of a projection's maps,
+    made a chunk at a time (``MapsCopy``), so that no dict grows large enough for an insert to
+    rehash a million entries while the projection's lock is held. Packed as one map
+    (``pack_side``)."""
+
+    def __init__(self, parts: list[dict[int, Any]]) -> None:
+        self.parts = parts
+
+    def __getitem__(self, key: int) -> Any:
+        for part in self.parts:
+            if key in part:
+                return part[key]
+        raise KeyError(key)
+
+    def __iter__(self) -> Iterator[int]:
+        return itertools.chain.from_iterable(self.parts)
+
+    def __len__(self) -> int:
+        return sum(map(len, self.parts))
+
+
+class MapsCopy:
+    """A copy of a projection's id, keyword and term-count maps taken apart from it: begun
+    holding its lock (its seqs listed, then sorted without it), read ``MAPS_CHUNK`` seqs at a
+    time under the lock into a part each (``read``), finished holding it (``finish``): the seqs
+    changed since it began are dropped from their parts and those still there copied again into
+    a last one. The maps' values are replaced, never changed, so a copied value stays right
+    until its seq changes."""
+
+    def __init__(self, proj: Projection) -> None:
+        self.proj = proj
+        self.chunk = MAPS_CHUNK
+        self.changed: set[int] = set()
+        #: the parts of the ids, keywords and term-count maps, chunk by chunk
+        self.parts: tuple[list[dict[int, Any]], ...] = ([], [], [])
+        with proj.lock:
+            proj._changed.append(self.changed)
+            seqs = list(proj.ids)
+        self._seqs = np.sort(np.array(seqs, dtype=np.int64))
+
+    def read(self) -> None:
+        for start in range(0, len(self._seqs), self.chunk):
+            seqs = self._seqs[start : start + self.chunk].tolist()
+            with self.proj.lock:
+                for maps, part in zip(self.parts, self._copy(seqs), strict=True):
+                    maps.append(part)
+
+    def finish(self) -> tuple[Parts, Parts, Parts]:
+        """The maps as the projection holds them now (call holding its lock, after ``read``)."""
+        changed = sorted(self.changed)
+        at = np.searchsorted(self._seqs, changed).tolist()
+        for seq, pos in zip(changed, at, strict=True):
+            if pos < len(self._seqs) and self._seqs[pos] == seq:
+                for maps in self.parts:
+                    maps[pos // self.chunk].pop(seq, None)
+        last = self._copy(changed)
+        ids, keywords, terms = ([*maps, part] for maps, part in zip(self.parts, last, strict=True))
+        return Parts(ids), Parts(keywords), Parts(terms)
+
+    def _copy(self, seqs: list[int]) -> tuple[dict[int, Any], ...]:
+        """The entries of ``seqs`` the projection holds, as a part of each map."""
+        proj = self.proj
+        ids, keywords, docs = proj.ids, proj.keywords, proj.lexical.docs
+        got = [(seq, ids[seq]) for seq in seqs if seq in ids]
+        return (
+            dict(got),
+            {seq: keywords[seq] for seq, _ in got},
+            {seq: docs[seq] for seq, _ in got},
+        )
 
 
 def snapshot_path(ctx: Source, ns: str) -> Path:
@@ -349,29 +440,29 @@ class Frozen:
 
 def freeze(ctx: Source, proj: Projection, settle: Callable[[], object] | None = None) -> Frozen:
     """Copy what a snapshot of ``proj`` holds, holding ``proj.lock`` only for moments: the vector
-    index is copied apart (an IVF index list by list, the changes made meanwhile applied to the
-    copy: ``VectorIndex.copying``), then, holding the lock, ``settle`` runs (the snapshotter
-    catches up there) and the copy is finished at the position the maps are copied at. The maps
-    are shallow copies (one object each, so that a copy does not make the garbage collector walk
-    the process: a list of pairs made a full collection, 0.4 s at 300k notes): their values (a
-    note's id, keywords and term counts) are replaced, never changed. Call without the lock (with
-    it, it is held throughout)."""
+    index and the id, keyword and term maps are copied apart (an IVF index list by list,
+    ``VectorIndex.copying``; the maps ``MAPS_CHUNK`` notes at a time, ``MapsCopy``), then,
+    holding the lock, ``settle`` runs (the snapshotter catches up there) and both copies are
+    finished with what changed meanwhile, at the position saved with them. Call without the lock
+    (with it, it is held throughout)."""
     index = proj.index
-    with index.copying(proj.lock) as copy:
+    with index.copying(proj.lock) as copy, proj.copying_maps() as maps:
         copy.read()
+        maps.read()
         with proj.lock:
             if settle is not None:
                 settle()
             if proj.index is not index:  # rebuilt from Redis meanwhile: copied again, held
                 return freeze(ctx, proj)
+            ids, keywords, terms = maps.finish()
             side = {
                 "format": SNAPSHOT_FORMAT,
                 "ns": proj.ns,
                 "position": proj.position,
                 "embedder": ctx.embedder.name,
-                "ids": dict(proj.ids),
-                "keywords": dict(proj.keywords),
-                "terms": dict(proj.lexical.docs),
+                "ids": ids,
+                "keywords": keywords,
+                "terms": terms,
             }
             return Frozen(proj.ns, copy.finish(), side)
 
@@ -389,20 +480,22 @@ def write_snapshot(ctx: Source, frozen: Frozen) -> Path:
 
 
 def pack_side(side: dict[str, Any], chunk: int = PACK_CHUNK) -> bytes:
-    """``msgpack.packb(side)`` to the byte, its maps packed ``chunk`` entries at a time: one call
-    packing a million-note map holds the GIL for a second, stalling the process's drain and
-    searches; between chunks other threads run."""
+    """``msgpack.packb(side)`` to the byte (a ``Parts`` packed as the map it holds), its maps
+    packed ``chunk`` entries at a time: one call packing a million-note map holds the GIL for a
+    second, stalling the process's drain and searches; between chunks other threads run."""
     out = [_map_header(len(side))]
     for key, value in side.items():
         out.append(_packb(key))
-        if not isinstance(value, dict) or len(value) <= chunk:
-            out.append(_packb(value))
+        parts = value.parts if isinstance(value, Parts) else [value]
+        if not isinstance(value, dict | Parts) or (len(parts) == 1 and len(value) <= chunk):
+            out.append(_packb(value if not isinstance(value, Parts) else parts[0]))
             continue
         out.append(_map_header(len(value)))
-        items = list(value)
-        for start in range(0, len(items), chunk):
-            part = {k: value[k] for k in items[start : start + chunk]}
-            out.append(_packb(part)[len(_map_header(len(part))) :])
+        for part in parts:
+            items = list(part)
+            for start in range(0, len(items), chunk):
+                sub = {k: part[k] for k in items[start : start + chunk]}
+                out.append(_packb(sub)[len(_map_header(len(sub))) :])
     return b"".join(out)
 
 
