@@ -268,11 +268,11 @@ class MapsCopy:
         """The entries of ``seqs`` the projection holds, as a part of each map."""
         proj = self.proj
         ids, keywords, docs = proj.ids, proj.keywords, proj.lexical.docs
-        got = [(seq, ids[seq]) for seq in seqs if seq in ids]
+        present = [seq for seq in seqs if seq in ids]  # no object the collector counts
         return (
-            dict(got),
-            {seq: keywords[seq] for seq, _ in got},
-            {seq: docs[seq] for seq, _ in got},
+            {seq: ids[seq] for seq in present},
+            {seq: keywords[seq] for seq in present},
+            {seq: docs[seq] for seq in present},
         )
 
 
