@@ -21,6 +21,7 @@ L2-normalised vectors keyed by the note's int64 seq:
 from __future__ import annotations
 
 import math
+from collections.abc import Iterator
 from contextlib import AbstractContextManager, nullcontext
 from typing import Literal, Protocol
 
@@ -180,15 +181,10 @@ class Ivf(SeqKeyed):
         into = index.invlists
         assert into is not None
         seqs: set[int] = set()  # built list by list: one set() of a million holds the GIL long
-        for i in range(lists.nlist):
-            with hold:
-                size = lists.list_size(i)
-                if not size:
-                    continue
-                ids = faiss.rev_swig_ptr(lists.get_ids(i), size).copy()
-                codes = faiss.rev_swig_ptr(lists.get_codes(i), size * lists.code_size).copy()
-            into.add_entries(i, size, faiss.swig_ptr(ids), faiss.swig_ptr(codes))
-            index.ntotal += size
+        for i, ids, codes in self._lists(hold, vectors=True):
+            assert codes is not None
+            into.add_entries(i, len(ids), faiss.swig_ptr(ids), faiss.swig_ptr(codes))
+            index.ntotal += len(ids)
             seqs.update(ids.tolist())
         return Ivf(index, self.trained_on, seqs)
 
@@ -212,20 +208,33 @@ class Ivf(SeqKeyed):
         """Every stored seq and (unless ``vectors`` is False) its vector's code, copied from the
         inverted lists (a copy of bytes: ``decode`` turns them into vectors); each list copied
         holding ``hold``, which is let go between lists."""
+        code_size = self.index.code_size
+        seqs: list[Seqs] = [np.empty(0, dtype=np.int64)]
+        codes: list[npt.NDArray[np.uint8]] = [np.empty((0, code_size), dtype=np.uint8)]
+        for _, ids, raw in self._lists(hold or nullcontext(), vectors):
+            seqs.append(ids)
+            if raw is not None:
+                codes.append(raw)
+        return np.concatenate(seqs), np.concatenate(codes)
+
+    def _lists(
+        self, hold: Hold, vectors: bool
+    ) -> Iterator[tuple[int, Seqs, npt.NDArray[np.uint8] | None]]:
+        """Each non-empty inverted list's number, seqs and (with ``vectors``) codes, copied
+        holding ``hold``, which is let go between lists."""
         lists = self.index.invlists
         assert lists is not None, "an IVF index owns its lists"
-        hold = hold or nullcontext()
-        seqs: list[Seqs] = [np.empty(0, dtype=np.int64)]
-        codes: list[npt.NDArray[np.uint8]] = [np.empty((0, lists.code_size), dtype=np.uint8)]
         for i in range(lists.nlist):
             with hold:
                 size = lists.list_size(i)
-                if size:
-                    seqs.append(faiss.rev_swig_ptr(lists.get_ids(i), size).copy())
-                    if vectors:
-                        raw = faiss.rev_swig_ptr(lists.get_codes(i), size * lists.code_size)
-                        codes.append(raw.reshape(size, lists.code_size).copy())
-        return np.concatenate(seqs), np.concatenate(codes)
+                if not size:
+                    continue
+                ids = faiss.rev_swig_ptr(lists.get_ids(i), size).copy()
+                raw = None
+                if vectors:
+                    raw = faiss.rev_swig_ptr(lists.get_codes(i), size * lists.code_size)
+                    raw = raw.reshape(size, lists.code_size).copy()
+            yield i, ids, raw
 
     def decode(self, codes: npt.NDArray[np.uint8]) -> Floats:
         """The vectors of codes this index's quantizer wrote (float32)."""
