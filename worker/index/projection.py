@@ -486,12 +486,11 @@ def pack_side(side: dict[str, Any], chunk: int = PACK_CHUNK) -> bytes:
     out = [_map_header(len(side))]
     for key, value in side.items():
         out.append(_packb(key))
-        parts = value.parts if isinstance(value, Parts) else [value]
-        if not isinstance(value, dict | Parts) or (len(parts) == 1 and len(value) <= chunk):
-            out.append(_packb(value if not isinstance(value, Parts) else parts[0]))
+        if not isinstance(value, dict | Parts):
+            out.append(_packb(value))
             continue
         out.append(_map_header(len(value)))
-        for part in parts:
+        for part in value.parts if isinstance(value, Parts) else [value]:
             items = list(part)
             for start in range(0, len(items), chunk):
                 sub = {k: part[k] for k in items[start : start + chunk]}
