@@ -49,7 +49,8 @@ def node_of(r: Redis | RedisCluster, key: str) -> Redis:
 
 
 class BulkPipeline(Pipeline):  # type: ignore[misc]  # redis-py's Pipeline is untyped
-    """A plain (non-transactional) pipeline returning raw replies; raises the first error."""
+    """A plain (non-transactional) pipeline returning raw replies; raises the first error
+    (returns the error replies among the others with ``raise_on_error=False``, on one Redis)."""
 
     def __init__(self, r: Redis | RedisCluster) -> None:
         self._cluster = r if isinstance(r, RedisCluster) else None
@@ -62,11 +63,11 @@ class BulkPipeline(Pipeline):  # type: ignore[misc]  # redis-py's Pipeline is un
                 return _raise_first(_execute_on_cluster(self._cluster, self.command_stack))
             if not self.command_stack or self.scripts:
                 return list(super().execute(raise_on_error))
-            return self._execute_plainly()
+            return self._execute_plainly(raise_on_error)
         finally:
             self.reset()
 
-    def _execute_plainly(self) -> list[Any]:
+    def _execute_plainly(self, raise_on_error: bool) -> list[Any]:
         """``execute()`` on one Redis as redis-py's would (a connection of the pool, retried
         under its retry policy after a connection error, which drops the connection), without
         redis-py's per-call events and metrics: about half of a small pipeline's client time."""
@@ -74,7 +75,8 @@ class BulkPipeline(Pipeline):  # type: ignore[misc]  # redis-py's Pipeline is un
         conn = self.connection_pool.get_connection()
         try:
             return conn.retry.call_with_retry(  # type: ignore[no-any-return]
-                lambda: self._execute_pipeline(conn, stack, True), lambda _: conn.disconnect()
+                lambda: self._execute_pipeline(conn, stack, raise_on_error),
+                lambda _: conn.disconnect(),
             )
         finally:
             self.connection_pool.release(conn)
@@ -88,7 +90,8 @@ class BulkPipeline(Pipeline):  # type: ignore[misc]  # redis-py's Pipeline is un
         self, connection: Connection, commands: Commands, raise_on_error: bool
     ) -> list[Any]:
         connection.send_packed_command([_pack(commands)])
-        return _raise_first(_read_all(connection, len(commands)))
+        replies = _read_all(connection, len(commands))
+        return _raise_first(replies) if raise_on_error else replies
 
 
 def _execute_on_cluster(r: RedisCluster, commands: Commands) -> list[Any]:

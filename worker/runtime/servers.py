@@ -17,6 +17,7 @@ from typing import Any, Self
 
 from redis import Redis
 from redis.client import Pipeline
+from redis.cluster import RedisCluster
 from redis.exceptions import RedisError, ResponseError
 
 from producer.connection import data_redis
@@ -43,10 +44,12 @@ def serve_once(
     lists: list[str],
     timeout_s: float,
     record: Callable[[float], None] | None = None,
+    lookahead: search.Lookahead | None = None,
 ) -> bool:
     """Take one search job from ``lists`` (waiting up to ``timeout_s``) and reply; False when
-    none came. ``record`` gets the seconds from taking the job to sending its reply."""
-    got = conn.brpop(lists, timeout=timeout_s)
+    none came. ``record`` gets the seconds from taking the job to sending its reply; with a
+    ``lookahead``, its reads are made behind the BRPOP, in the same round trip."""
+    got, ahead = take(conn, lists, timeout_s, lookahead)
     if got is None:
         return False
     started = time.perf_counter()
@@ -58,7 +61,7 @@ def serve_once(
     try:
         check_signature(ctx.settings, got[1], job.namespaces)
         with tracing.served_span(job.kind, job.tp):
-            reply = search.handle(ctx, job)
+            reply = search.handle(ctx, job, ahead)
     except SignatureRejected as exc:
         log.warning("refused %s job_id=%s: %s", job.kind, job.job_id, exc)
         reply = Reply(job_id=job.job_id, ok=False, error=f"refused: {exc}")
@@ -70,6 +73,8 @@ def serve_once(
     except Exception as exc:
         log.exception("search job_id=%s failed", job.job_id)
         reply = Reply(job_id=job.job_id, ok=False, error=f"worker error: {exc!r}")
+    if lookahead is not None:
+        lookahead.remember(job)
     if reply is not None:
         answer(ctx, job, reply)
         took = time.perf_counter() - started
@@ -77,6 +82,30 @@ def serve_once(
         if record is not None:
             record(took)
     return True
+
+
+def take(
+    conn: Redis | RedisCluster,
+    lists: list[str],
+    timeout_s: float,
+    lookahead: search.Lookahead | None,
+) -> tuple[list[bytes] | None, search.Probe | None]:
+    """BRPOP a job from ``lists``: (list, job) or None after ``timeout_s``, and the
+    lookahead's reads made right after it (None when there are none, or one of them failed:
+    the search then makes them itself). Not on a cluster, whose nodes would run the reads
+    apart from the BRPOP, so maybe before the job came."""
+    if lookahead is None or isinstance(conn, RedisCluster):
+        return conn.brpop(lists, timeout=timeout_s), None
+    pipe = BulkPipeline(conn)
+    pipe.queue("BRPOP", *lists, timeout_s)
+    ahead = lookahead.queue(pipe)
+    replies = pipe.execute(raise_on_error=False)
+    if isinstance(replies[0], ResponseError):
+        raise replies[0]
+    if ahead is not None and not any(isinstance(r, ResponseError) for r in replies):
+        ahead.replies = replies
+        return replies[0], ahead
+    return replies[0], None
 
 
 def answer(ctx: WorkerContext, job: SearchJob, reply: Reply) -> None:
@@ -201,5 +230,7 @@ class SearchServer(JobServer):
         self._heartbeat.stop(timeout_s)
 
     def server(self, conn: Redis) -> Callable[[], bool]:
-        routes = Routes(self.ctx)
-        return lambda: serve_once(self.ctx, conn, routes.lists(conn), REFRESH_S, self.latencies.add)
+        routes, lookahead = Routes(self.ctx), search.Lookahead(self.ctx)
+        return lambda: serve_once(
+            self.ctx, conn, routes.lists(conn), REFRESH_S, self.latencies.add, lookahead
+        )

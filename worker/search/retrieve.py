@@ -42,8 +42,9 @@ PRUNE_SHARE = 0.5
 DEADLINE_SLACK_S = 60.0  #: how far a producer's clock may run ahead of the worker's
 
 
-def handle(ctx: WorkerContext, job: SearchJob) -> Reply | None:
-    """The reply to ``job``, or None when the caller has already given up on it."""
+def handle(ctx: WorkerContext, job: SearchJob, ahead: Probe | None = None) -> Reply | None:
+    """The reply to ``job``, or None when the caller has already given up on it; ``ahead``
+    holds the first round trip's reads when they were made behind the job's BRPOP."""
     now = time.time()
     try:
         job = checked(ctx.settings, job, now)
@@ -60,7 +61,7 @@ def handle(ctx: WorkerContext, job: SearchJob) -> Reply | None:
             return Reply(job_id=job.job_id)
         if job.kind == "embed":
             return embed(ctx, job)
-        hits = search(ctx, job)
+        hits = search(ctx, job, ahead)
     except NotFresh as exc:
         return Reply(job_id=job.job_id, ok=False, error=str(exc))
     text = render_context(hits, job.max_tokens) if job.kind == "context" else ""
@@ -108,7 +109,7 @@ def embed(ctx: WorkerContext, job: SearchJob) -> Reply:
     return Reply(job_id=job.job_id, vectors=vectors, embedder=ctx.embedder.name)
 
 
-def search(ctx: WorkerContext, job: SearchJob) -> list[Hit]:
+def search(ctx: WorkerContext, job: SearchJob, ahead: Probe | None = None) -> list[Hit]:
     s = ctx.settings
     qvec = ctx.embedder.embed([job.query])
     terms = analyze(job.query)
@@ -121,7 +122,7 @@ def search(ctx: WorkerContext, job: SearchJob) -> list[Hit]:
         "feedback": s.feedback_weight,
     }
     weights.update(job.weights)
-    pools, rows = _first_stage(ctx, job, qvec, terms, weights, filters)
+    pools, rows = _first_stage(ctx, job, qvec, terms, weights, filters, ahead)
     for hop in range(1, job.hops):
         for ns, pool in pools.items():
             _expand(ctx, rows, ns, pool, hop, filters, weights["graph"], job.k)
@@ -156,6 +157,7 @@ def _first_stage(
     terms: list[str],
     weights: dict[str, float],
     filters: dict[str, Any],
+    ahead: Probe | None,
 ) -> tuple[dict[str, dict[str, Cand]], Rows]:
     """Each namespace's dense and lexical candidates, fused, with their ranking fields (and the
     links of those a hop or the connection boost needs), unscored; and the row caches as this
@@ -166,34 +168,34 @@ def _first_stage(
     projection was caught up at its last search: the candidates are then drawn from the
     projections as they are (their rows from the cache where it holds them), and drawn again
     after catching up only if that read found changes or a new version. Otherwise the
-    projections are caught up first and the candidates fetched in a second round trip."""
+    projections are caught up first and the candidates fetched in a second round trip.
+    ``ahead`` is that read as made behind the BRPOP that took the job (``Lookahead``): used when
+    it is of these namespaces from the positions their projections are still at, it leaves
+    only the fetch of the rows not kept (no round trip when all are)."""
     projs = [ctx.projection(ns) for ns in job.namespaces]
     settled = all(p.settled for p in projs)
     plans = {p.ns: _plan(ctx, p, qvec, terms, job.k, weights) for p in projs if settled}
     positions = {p.ns: plans[p.ns].position if settled else p.position for p in projs}
     expected = {p.ns: _pinned(ctx, p, p.rows.current()) for p in projs}
     pipe = BulkPipeline(ctx.redis)
-    wait = queue_inbox_reads(pipe, ctx, job.namespaces) if job.fresh else None
-    start = len(pipe)
-    for p in projs:
-        pipe.xrange(ctx.keys.changes(p.ns), min=f"({positions[p.ns]}", count=CATCH_UP_CHUNK)
-    for p in projs:  # before the fetch: a row read after a change is kept under an older version
-        pipe.queue("MGET", ctx.keys.version(p.ns), ctx.keys.touches(p.ns))
+    probe = ahead if ahead is not None and ahead.fits(job.namespaces, positions) else None
+    if probe is None:
+        probe = Probe.queue(pipe, ctx, job.namespaces, positions, job.fresh)
     fetches = {
         ns: _queue_fetch(pipe, ctx, expected, ns, p, job, weights, filters)
         for ns, p in plans.items()
     }
-    replies = pipe.execute()
-    waited = wait is not None and wait(replies, job.deadline)
-    counters = replies[start + len(projs) : start + 2 * len(projs)]
+    replies = pipe.execute() if len(pipe) else []
+    read = probe.replies if probe.replies is not None else replies
+    waited = job.fresh and probe.wait(read, job.deadline)
     seen = {
         p.ns: p.rows.observe(version, _count(touches))
-        for p, (version, touches) in zip(projs, counters, strict=True)
+        for p, (version, touches) in zip(projs, probe.counters(read), strict=True)
     }
     rows = {p.ns: Pinned(None) if waited else _pinned(ctx, p, seen[p.ns][1]) for p in projs}
     pools: dict[str, dict[str, Cand]] = {}
     later = BulkPipeline(ctx.redis)
-    for p, raw in zip(projs, replies[start : start + len(projs)], strict=True):
+    for p, raw in zip(projs, probe.changes(read), strict=True):
         entries = [(eid, fields(flat)) for eid, flat in raw]
         p.settled = not waited and not entries and seen[p.ns][0]
         if p.settled and p.ns in fetches:
@@ -207,6 +209,82 @@ def _first_stage(
     replies = later.execute() if len(later) else []
     pools.update({ns: fetches[ns](replies) for ns in fetches if ns not in pools})
     return {ns: pools[ns] for ns in job.namespaces}, rows
+
+
+@dataclass
+class Probe:
+    """The first round trip's reads of a search's namespaces: the last entry of each one's
+    shard inbox (for the freshness wait), its change log past ``positions`` and its version
+    and reinforcement count; ``replies`` holds them when they were read ahead."""
+
+    namespaces: list[str]
+    positions: dict[str, str]
+    start: int  #: the index of the first change-log read among the pipeline's replies
+    wait: Callable[[list[Any], float], bool]
+    replies: list[Any] | None = None
+
+    @classmethod
+    def queue(
+        cls,
+        pipe: BulkPipeline,
+        ctx: WorkerContext,
+        namespaces: list[str],
+        positions: dict[str, str],
+        fresh: bool,
+    ) -> Probe:
+        """Queue the reads on ``pipe`` (the inbox reads only for a ``fresh`` search)."""
+        wait = queue_inbox_reads(pipe, ctx, namespaces) if fresh else _never_waits
+        start = len(pipe)
+        for ns in namespaces:
+            pipe.xrange(ctx.keys.changes(ns), min=f"({positions[ns]}", count=CATCH_UP_CHUNK)
+        for ns in namespaces:  # before any fetch: a row read after a change is kept under an
+            pipe.queue("MGET", ctx.keys.version(ns), ctx.keys.touches(ns))  # older version
+        return cls(list(namespaces), dict(positions), start, wait)
+
+    def fits(self, namespaces: list[str], positions: dict[str, str]) -> bool:
+        """Whether these reads, made ahead, serve a search of ``namespaces`` whose projections
+        are at ``positions``."""
+        return (
+            self.replies is not None
+            and self.namespaces == namespaces
+            and (self.positions == positions)
+        )
+
+    def changes(self, replies: list[Any]) -> list[Any]:
+        return replies[self.start : self.start + len(self.namespaces)]
+
+    def counters(self, replies: list[Any]) -> list[Any]:
+        n = len(self.namespaces)
+        return replies[self.start + n : self.start + 2 * n]
+
+
+def _never_waits(replies: list[Any], deadline: float) -> bool:
+    return False
+
+
+class Lookahead:
+    """One search thread's guess at its next job's namespaces (those of its last search), so
+    that the first round trip's reads (``Probe``) are queued behind the BRPOP that takes the
+    job: Redis runs them as it hands the job over, after everything written before the job was
+    pushed, so they answer the freshness check as well as reads made after taking it."""
+
+    def __init__(self, ctx: WorkerContext) -> None:
+        self.ctx = ctx
+        self.namespaces: list[str] = []
+
+    def queue(self, pipe: BulkPipeline) -> Probe | None:
+        """Queue the reads of the last search's namespaces on ``pipe`` (after its BRPOP);
+        None when there was none or this process no longer holds one of its projections."""
+        held = self.ctx.held_projections()
+        if not self.namespaces or any(ns not in held for ns in self.namespaces):
+            return None
+        positions = {ns: held[ns].position for ns in self.namespaces}
+        return Probe.queue(pipe, self.ctx, self.namespaces, positions, fresh=True)
+
+    def remember(self, job: SearchJob) -> None:
+        """Guess ``job``'s namespaces for the next job, if it searched."""
+        if job.kind in ("search", "context"):
+            self.namespaces = list(job.namespaces)
 
 
 def _count(raw: bytes | None) -> int | None:
