@@ -19,6 +19,7 @@ from hypothesis import strategies as st
 from tests.conftest import held_rebuilds
 from worker.errors import IndexCorrupt
 from worker.index import projection, vector
+from worker.index.kinds import SortedSeqs
 from worker.index.lexical import LexicalIndex
 from worker.index.projection import Projection
 from worker.index.vector import FORMAT_VERSION, Ann, VectorIndex
@@ -730,3 +731,27 @@ def test_namespaces_due_together_rebuild_one_at_a_time() -> None:
         assert all(proj.wait_settled(10) for proj in projs)
     assert most[0] == 1
     assert [proj.index.kind for proj in projs] == ["ivf"] * 3
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    st.sets(st.integers(0, 60)),
+    st.lists(st.tuples(st.booleans(), st.integers(0, 60)), max_size=80),
+)
+def test_sorted_seqs_hold_what_a_set_would(
+    start: set[int], changes: list[tuple[bool, int]]
+) -> None:
+    """An IVF copy's seqs (``SortedSeqs``, an array with the changes beside it) against a set,
+    through adds of seqs not held and removes of held ones (what ``SeqKeyed`` makes), the first
+    array with every seq twice (a copy may read a seq that moved between two lists twice)."""
+    held = SortedSeqs(np.array(sorted(start) * 2, dtype=np.int64))
+    model = set(start)
+    for add, seq in changes:
+        if add and seq not in model:
+            held.update([seq])
+            model.add(seq)
+        elif not add and seq in model:
+            held.difference_update([seq])
+            model.discard(seq)
+        assert len(held) == len(model)
+    assert [s for s in range(-1, 62) if s in held] == sorted(model)

@@ -21,7 +21,7 @@ L2-normalised vectors keyed by the note's int64 seq:
 from __future__ import annotations
 
 import math
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from contextlib import AbstractContextManager, nullcontext
 from typing import Literal, Protocol
 
@@ -77,12 +77,53 @@ class Backend(Protocol):
     def needs_rebuild(self) -> bool: ...
 
 
+class SortedSeqs:
+    """A set of seqs kept as a sorted array, with the few added or removed since in two small
+    sets: the seqs of an IVF index's copy (``Ivf.copy``), written to a snapshot and dropped. A
+    set of a million Python ints takes 60-80 ms to free, all of it holding the GIL (every
+    thread of the process stands still); an array is freed at once. ``update`` takes seqs not
+    held, ``difference_update`` held ones, as ``SeqKeyed`` calls them."""
+
+    def __init__(self, seqs: Seqs) -> None:
+        ordered = np.sort(seqs)  # which lets other threads run (np.unique, 0.6 s at 1M, does not)
+        once = np.ones(len(ordered), dtype=bool)  # each seq once: a copy may read one twice
+        np.not_equal(ordered[1:], ordered[:-1], out=once[1:])
+        self._base: Seqs = ordered[once]
+        self._added: set[int] = set()  #: never in the base
+        self._removed: set[int] = set()  #: in the base
+
+    def __len__(self) -> int:
+        return len(self._base) - len(self._removed) + len(self._added)
+
+    def __contains__(self, seq: int) -> bool:
+        if seq in self._added:
+            return True
+        if seq in self._removed:
+            return False
+        at = int(np.searchsorted(self._base, seq))
+        return at < len(self._base) and int(self._base[at]) == seq
+
+    def update(self, seqs: Iterable[int]) -> None:
+        for seq in seqs:
+            if seq in self._removed:
+                self._removed.discard(seq)
+            else:
+                self._added.add(seq)
+
+    def difference_update(self, seqs: Iterable[int]) -> None:
+        for seq in seqs:
+            if seq in self._added:
+                self._added.discard(seq)
+            else:
+                self._removed.add(seq)
+
+
 class SeqKeyed:
     """A FAISS index whose ids are the seqs themselves (flat and IVF), with the live seqs kept
     beside it. ``add`` takes new seqs only, ``remove`` present ones."""
 
     index: faiss.Index
-    _seqs: set[int]
+    _seqs: set[int] | SortedSeqs
 
     def __len__(self) -> int:
         return len(self._seqs)
@@ -136,13 +177,16 @@ class Ivf(SeqKeyed):
     kind: Kind = "ivf"
 
     def __init__(
-        self, index: faiss.IndexIVFScalarQuantizer, trained_on: int, seqs: set[int] | None = None
+        self,
+        index: faiss.IndexIVFScalarQuantizer,
+        trained_on: int,
+        seqs: SortedSeqs | None = None,
     ) -> None:
         """``seqs``: the seqs ``index`` holds, when the caller has them (else read from it)."""
         self.index = index
         self.trained_on = trained_on
         self.row_seq: Seqs = np.empty(0, dtype=np.int64)
-        self._seqs: set[int] = set(self.codes(vectors=False)[0].tolist()) if seqs is None else seqs
+        self._seqs = set(self.codes(vectors=False)[0].tolist()) if seqs is None else seqs
         self._params: dict[int, faiss.SearchParametersIVF] = {}  #: by nprobe, for ``search``
 
     @classmethod
@@ -180,13 +224,13 @@ class Ivf(SeqKeyed):
         index.is_trained, index.nprobe = src.is_trained, src.nprobe
         into = index.invlists
         assert into is not None
-        seqs: set[int] = set()  # built list by list: one set() of a million holds the GIL long
+        seqs: list[Seqs] = [np.empty(0, dtype=np.int64)]
         for i, ids, codes in self._lists(hold, vectors=True):
             assert codes is not None
             into.add_entries(i, len(ids), faiss.swig_ptr(ids), faiss.swig_ptr(codes))
             index.ntotal += len(ids)
-            seqs.update(ids.tolist())
-        return Ivf(index, self.trained_on, seqs)
+            seqs.append(ids)
+        return Ivf(index, self.trained_on, SortedSeqs(np.concatenate(seqs)))
 
     def needs_rebuild(self) -> bool:
         n = len(self)
