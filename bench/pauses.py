@@ -9,6 +9,7 @@ is IVF past 5,000 notes), then, ``--repeats`` times each:
 2. ``freeze`` (what a snapshot copies): how long it took, how long the projection's lock was
    held at once (searches and drains of the namespace wait for it), and how late a thread that
    sleeps 1 ms in a loop woke meanwhile (any thread of the process waits for the GIL as long);
+   then the copy dropped as the snapshotter drops it, and the sleeper's lateness meanwhile;
 3. reading the sidecar ``write_snapshot`` wrote: its time and the sleeper's lateness.
 
 It measures the tree on ``PYTHONPATH``; a tree whose ``freeze`` copies under the caller's lock
@@ -120,6 +121,14 @@ def copied(source: Any, proj: Projection) -> Any:
         return freeze(source, proj)
 
 
+def dropped(frozen: Any) -> None:
+    """Drop a copy as a snapshot does once written (in this tree): ``Frozen.release`` where
+    there is one (the caller's reference then frees the rest)."""
+    release = getattr(frozen, "release", None)
+    if release is not None:
+        release()
+
+
 def timed(call: Callable[[], Any]) -> tuple[Any, float]:
     started = time.perf_counter()
     out = call()
@@ -155,7 +164,7 @@ def main() -> None:
                     f"full collection {gc_ms:.1f} ms, {tracked:,} objects tracked; "
                     f"sleeper late {late[0]:.1f} ms at worst"
                 )
-            for _ in range(args.repeats):
+            for last in range(args.repeats):
                 lock.holds.clear()
                 with sleeper.watching() as late:
                     frozen, copy_ms = timed(lambda: copied(source, proj))
@@ -164,6 +173,14 @@ def main() -> None:
                     f"{max(lock.holds) * 1000:.2f} ms, in all {sum(lock.holds) * 1000:.0f} ms; "
                     f"sleeper late {late[0]:.1f} ms at worst"
                 )
+                if last == args.repeats - 1:
+                    break
+                with sleeper.watching() as late:
+                    started = time.perf_counter()
+                    dropped(frozen)
+                    frozen = None
+                    drop_ms = (time.perf_counter() - started) * 1000
+                print(f"copy dropped in {drop_ms:.0f} ms; sleeper late {late[0]:.1f} ms at worst")
             path = write_snapshot(source, frozen)
             raw = path.with_suffix(".meta").read_bytes()
             for _ in range(args.repeats):

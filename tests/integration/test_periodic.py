@@ -304,6 +304,10 @@ def test_a_snapshot_is_written_from_its_copy_while_the_projection_moves_on(pctx)
     assert side["position"] == frozen.side["position"] != proj.position
     assert set(side["ids"].values()) == first
     assert len(VectorIndex.load(path)) == len(first)
+    held = dict(proj.ids)
+    frozen.release()  # as the snapshotter drops it once written: its maps go, not the projection's
+    assert [len(frozen.side[name]) for name in ("ids", "keywords", "terms")] == [0, 0, 0]
+    assert proj.ids == held and len(proj.keywords) == len(held)
 
     restarted = WorkerContext.build(pctx.settings)
     try:

@@ -41,6 +41,7 @@ def snapshot_all(ctx: WorkerContext) -> int:
         ctx.snapshots[ns] = frozen.side["position"]
         stats = {"index_kind": frozen.index.kind, "index_size": len(frozen.index)}
         ctx.redis.hset(ctx.keys.stats(ns), mapping={**stats, "last_snapshot": time.time()})
+        frozen.release()
     seconds = time.perf_counter() - started
     left = len(due) - len(picked)
     run = PeriodicRun(
