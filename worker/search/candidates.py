@@ -76,7 +76,8 @@ class Cand:
 Decoder = Callable[[list[Any]], None]
 #: Each namespace's row cache as one search sees it.
 Rows = Mapping[str, Pinned]
-RANK, FILTERED, LINKS, HIT = "rank", "filtered", "links", "hit"  #: row cache tiers
+#: row cache tiers; REPLY holds each note's hit as last returned (worker/search/candidates.py)
+RANK, FILTERED, LINKS, HIT, REPLY = "rank", "filtered", "links", "hit", "reply"
 
 
 def fetch(
@@ -319,21 +320,47 @@ def rank_top(
     return out
 
 
-def to_hit(c: Cand) -> Hit:
-    f, p = c.fields, c.parts
+def to_hits(rows: Rows, cands: list[Cand]) -> list[Hit]:
+    """The candidates (scored, their hit fields read) as hits. A note returned before under the
+    same tag gets a copy of its last hit with this search's numbers (the rest of a hit is its
+    note's fields and links, which a new tag would have replaced): a copy costs a quarter of
+    building and validating one."""
+    kept = kept_rows(rows, REPLY, cands)
+    hits = []
+    for c in cands:
+        before = kept.get((c.ns, c.id))
+        if before is None:
+            hit = to_hit(c)
+            rows[c.ns].put(REPLY, c.id, hit)
+        else:
+            hit = before.model_copy(update=numbers(c))
+        hits.append(hit)
+    return hits
+
+
+def numbers(c: Cand) -> dict[str, Any]:
+    """The fields of a hit that a search sets: its score and the score's parts, and its hop."""
+    p = c.parts
     assert p is not None
+    return {
+        "score": round(p.score, 6),
+        "relevance": round(p.relevance, 6),
+        "similarity": round(c.similarity, 6),
+        "lexical": round(c.lexical, 6),
+        "importance": p.importance,
+        "recency": round(p.recency, 6),
+        "connection_boost": round(p.connection_boost, 6),
+        "hop": c.hop,
+    }
+
+
+def to_hit(c: Cand) -> Hit:
+    f = c.fields
     return Hit(
         id=c.id,
         namespace=c.ns,
         content=f.get("content", ""),
-        score=round(p.score, 6),
-        relevance=round(p.relevance, 6),
-        similarity=round(c.similarity, 6),
-        lexical=round(c.lexical, 6),
-        importance=p.importance,
-        recency=round(p.recency, 6),
-        connection_boost=round(p.connection_boost, 6),
-        hop=c.hop,
+        **numbers(c),
         kind=f.get("kind", "note"),
         keywords=f.get("keywords", []),
         tags=f.get("tags", []),

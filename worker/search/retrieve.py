@@ -138,7 +138,7 @@ def search(ctx: WorkerContext, job: SearchJob, ahead: Probe | None = None) -> li
     cands_.load_hit_fields(ctx, rows, top, qvec, ctx.embedder.name)
     for ns in job.namespaces:  # a search of namespaces nobody wrote keeps nothing of them
         ctx.drop_if_empty(ns)
-    return [cands_.to_hit(c) for c in top]
+    return cands_.to_hits(rows, top)
 
 
 @dataclass
