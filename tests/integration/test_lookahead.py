@@ -44,31 +44,31 @@ def searched(ctx: WorkerContext, client: MemoryClient, ns: str) -> tuple[ClientC
     return core, lookahead
 
 
-def blocked_take(
-    ctx: WorkerContext, queue: str, lookahead: retrieve.Lookahead
-) -> Callable[[], tuple[Any, retrieve.Probe | None]]:
-    """Start a thread blocked in ``take`` on ``queue`` (waited for: its BRPOP is blocked in
-    Redis); the returned function joins it and gives what ``take`` returned."""
+def taken(
+    ctx: WorkerContext,
+    lookahead: retrieve.Lookahead,
+    job: SearchJob,
+    meanwhile: Callable[[], object] = lambda: None,
+) -> tuple[Any, retrieve.Probe | None]:
+    """What ``take`` returns for ``job``: a thread blocks in it on the job's list (waited for:
+    its BRPOP is blocked in Redis), ``meanwhile`` runs, then the job is pushed."""
+    queue = ctx.keys.search_queue_of(job.namespaces)
     conn = Redis.from_url(ctx.settings.redis_url)
     out: list[Any] = []
     thread = threading.Thread(target=lambda: out.append(take(conn, [queue], 10, lookahead)))
     thread.start()
-    deadline = time.monotonic() + 5
-    while not any(c["cmd"] == "brpop" for c in ctx.redis.client_list() if "b" in c["flags"]):
-        assert time.monotonic() < deadline, "the thread never blocked in BRPOP"
-        time.sleep(0.01)
-
-    def joined() -> tuple[Any, retrieve.Probe | None]:
+    try:
+        deadline = time.monotonic() + 5
+        while not any(c["cmd"] == "brpop" for c in ctx.redis.client_list() if "b" in c["flags"]):
+            assert time.monotonic() < deadline, "the thread never blocked in BRPOP"
+            time.sleep(0.01)
+        meanwhile()
+        ctx.redis.lpush(queue, pack(job))
+    finally:
         thread.join(15)
         conn.close()
-        assert out, "take returned nothing"
-        return out[0]
-
-    return joined
-
-
-def push(ctx: WorkerContext, queue: str, job: SearchJob) -> None:
-    ctx.redis.lpush(queue, pack(job))
+    assert out, "take returned nothing"
+    return out[0]
 
 
 def test_a_store_made_while_the_thread_waits_is_found_by_a_fresh_search(ctx, client):
@@ -76,12 +76,8 @@ def test_a_store_made_while_the_thread_waits_is_found_by_a_fresh_search(ctx, cli
     in the inbox they read, so the search waits for it (drains it, as no worker holds the
     shard) and finds it. Reads made when they were queued would have seen an empty inbox."""
     core, lookahead = searched(ctx, client, "late")
-    queue = ctx.keys.search_queue_of(["late"])
-    joined = blocked_take(ctx, queue, lookahead)
-    client.store(LATE, namespace="late")
     job = core.search_job("search", "late", query="lighthouse fog horn", k=1, timeout_s=5.0)
-    push(ctx, queue, job)
-    got, ahead = joined()
+    got, ahead = taken(ctx, lookahead, job, lambda: client.store(LATE, namespace="late"))
     assert got is not None and ahead is not None
     reply = retrieve.handle(ctx, job, ahead)
     assert reply is not None and reply.ok
@@ -90,11 +86,8 @@ def test_a_store_made_while_the_thread_waits_is_found_by_a_fresh_search(ctx, cli
 
 def test_a_quiet_namespace_is_searched_without_a_round_trip(ctx, client):
     core, lookahead = searched(ctx, client, "quiet")
-    queue = ctx.keys.search_queue_of(["quiet"])
-    joined = blocked_take(ctx, queue, lookahead)
     job = core.search_job("search", "quiet", query="card payments", k=3, timeout_s=5.0)
-    push(ctx, queue, job)
-    _, ahead = joined()
+    _, ahead = taken(ctx, lookahead, job)
     assert ahead is not None
     with trips() as sent:
         reply = retrieve.handle(ctx, job, ahead)
@@ -108,11 +101,8 @@ def test_reads_of_a_projection_that_moved_since_are_made_again(ctx, client):
     """Notes organised by this process after the reads were queued move its projection past
     the position they read from: the search reads afresh, and finds the new note."""
     core, lookahead = searched(ctx, client, "moved")
-    queue = ctx.keys.search_queue_of(["moved"])
-    joined = blocked_take(ctx, queue, lookahead)
     job = core.search_job("search", "moved", query="lighthouse fog horn", k=1, timeout_s=5.0)
-    push(ctx, queue, job)
-    _, ahead = joined()
+    _, ahead = taken(ctx, lookahead, job)
     assert ahead is not None
     client.store(LATE, namespace="moved")
     drain_all(ctx)
@@ -127,11 +117,8 @@ def test_other_namespaces_are_not_served_from_the_reads(ctx, client):
     core, lookahead = searched(ctx, client, "first")
     client.store(LATE, namespace="second")
     drain_all(ctx)
-    queue = ctx.keys.search_queue()
-    joined = blocked_take(ctx, queue, lookahead)
     job = core.search_job("search", ["second"], query="lighthouse", k=1, timeout_s=5.0)
-    push(ctx, queue, job)
-    _, ahead = joined()
+    _, ahead = taken(ctx, lookahead, job)
     assert ahead is not None and ahead.namespaces == ["first"]
     reply = retrieve.handle(ctx, job, ahead)
     assert reply is not None and [h.content for h in reply.hits] == [LATE]
@@ -141,23 +128,20 @@ def test_a_failed_read_leaves_the_job_to_the_search(ctx, client):
     """A change log planted as a string makes its read fail: the job is still taken, and the
     search meets the error on its own reads (where the server handles it, as before)."""
     core, lookahead = searched(ctx, client, "planted")
-    queue = ctx.keys.search_queue_of(["planted"])
-    joined = blocked_take(ctx, queue, lookahead)
-    ctx.redis.delete(ctx.keys.changes("planted"))
-    ctx.redis.set(ctx.keys.changes("planted"), "not a stream")
+
+    def plant() -> None:
+        ctx.redis.delete(ctx.keys.changes("planted"))
+        ctx.redis.set(ctx.keys.changes("planted"), "not a stream")
+
     job = core.search_job("search", "planted", query="card payments", k=3, timeout_s=5.0)
-    push(ctx, queue, job)
-    got, ahead = joined()
+    got, ahead = taken(ctx, lookahead, job, plant)
     assert got is not None and got[1] == pack(job) and ahead is None
 
 
 def test_a_thread_with_no_search_yet_only_waits_for_a_job(ctx, client):
     core, _ = searched(ctx, client, "none")
-    queue = ctx.keys.search_queue_of(["none"])
-    joined = blocked_take(ctx, queue, retrieve.Lookahead(ctx))
     job = core.search_job("search", "none", query="card payments", k=3, timeout_s=5.0)
-    push(ctx, queue, job)
-    got, ahead = joined()
+    got, ahead = taken(ctx, retrieve.Lookahead(ctx), job)
     assert got is not None and ahead is None
 
 
