@@ -76,7 +76,7 @@ class Cand:
 Decoder = Callable[[list[Any]], None]
 #: Each namespace's row cache as one search sees it.
 Rows = Mapping[str, Pinned]
-#: row cache tiers; REPLY holds each note's hit as last returned (worker/search/candidates.py)
+#: row cache tiers; REPLY holds each note's hit as last returned (``to_hits``)
 RANK, FILTERED, LINKS, HIT, REPLY = "rank", "filtered", "links", "hit", "reply"
 
 

@@ -237,18 +237,16 @@ class Probe:
         start = len(pipe)
         for ns in namespaces:
             pipe.xrange(ctx.keys.changes(ns), min=f"({positions[ns]}", count=CATCH_UP_CHUNK)
-        for ns in namespaces:  # before any fetch: a row read after a change is kept under an
-            pipe.queue("MGET", ctx.keys.version(ns), ctx.keys.touches(ns))  # older version
+        # before any fetch: a row read after a change is then kept under an older version
+        for ns in namespaces:
+            pipe.queue("MGET", ctx.keys.version(ns), ctx.keys.touches(ns))
         return cls(list(namespaces), dict(positions), start, wait)
 
     def fits(self, namespaces: list[str], positions: dict[str, str]) -> bool:
         """Whether these reads, made ahead, serve a search of ``namespaces`` whose projections
         are at ``positions``."""
-        return (
-            self.replies is not None
-            and self.namespaces == namespaces
-            and (self.positions == positions)
-        )
+        same = self.namespaces == namespaces and self.positions == positions
+        return self.replies is not None and same
 
     def changes(self, replies: list[Any]) -> list[Any]:
         return replies[self.start : self.start + len(self.namespaces)]
