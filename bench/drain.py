@@ -31,6 +31,7 @@ import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
+from typing import Any
 
 from redis import Redis
 
@@ -76,7 +77,7 @@ def data_store(args: argparse.Namespace, tmp: Path) -> Iterator[tuple[str, str, 
         yield cluster.url, broker.url, [cluster.node(port) for port in cluster.ports]
 
 
-def run(workers: int, args: argparse.Namespace, tmp: Path) -> dict[str, float]:
+def run(workers: int, args: argparse.Namespace, tmp: Path) -> dict[str, Any]:
     with data_store(args, tmp) as (url, broker, nodes):
         prefix = f"drain{workers}"
         settings = ProducerSettings(
@@ -120,17 +121,23 @@ def measure(
     total: int,
     procs: list[subprocess.Popen[bytes]],
     nodes: list[Redis],
-) -> dict[str, float]:
+) -> dict[str, Any]:
     redis_pids = [int(r.info("server")["process_id"]) for r in nodes]
     rewrites = sum(int(r.info("persistence")["aof_rewrites"]) for r in nodes)
     first: tuple[float, int, float, float] | None = None
+    finished: dict[str, float] = {}
     while True:
-        done = sum(mem.stats(ns).notes for ns in names)
+        counts = {ns: mem.stats(ns).notes for ns in names}
+        done = sum(counts.values())
         now = time.monotonic()
         workers_cpu = sum(cpu_s(p.pid) for p in procs)
         redis_cpu = sum(cpu_s(pid) for pid in redis_pids)
         if first is None and done:
             first = (now, done, workers_cpu, redis_cpu)
+        if first is not None:
+            for ns, count in counts.items():
+                if count >= total // len(names):
+                    finished.setdefault(ns, now - first[0])
         if first is not None and done >= total:
             span, notes = now - first[0], done - first[1]
             return {
@@ -142,6 +149,7 @@ def measure(
                 "redis cpu ms/note": 1000 * (redis_cpu - first[3]) / notes,
                 "aof rewrites": sum(int(r.info("persistence")["aof_rewrites"]) for r in nodes)
                 - rewrites,
+                "finished": sorted(finished.values()),
             }
         if any(p.poll() is not None for p in procs):
             raise RuntimeError("a worker exited")
@@ -176,6 +184,10 @@ def main() -> int:
                 row["redis cpu s"],
                 row["redis cpu ms/note"],
                 row["aof rewrites"],
+            )
+            log.info(
+                "  namespaces drained at %s s",
+                ", ".join(f"{at:.1f}" for at in row["finished"]),
             )
     log.info("cpus=%d namespaces=%d notes each=%d", os.cpu_count(), args.namespaces, args.notes)
     return 0
