@@ -13,7 +13,7 @@ import pytest
 from redis.connection import Connection
 
 from producer.core import ClientCore
-from producer.protocol import Hit
+from producer.protocol import Hit, Reply, unpack
 from tests.conftest import drain_all
 from worker.bulk import BulkPipeline
 from worker.context import WorkerContext
@@ -220,3 +220,25 @@ def test_hit_fields_kept_for_a_note_fill_it_in_without_a_read(ctx, client):
     assert cand.fields["content"] == hit.content and cand.vec is not None
     assert cand.links == hit.links
     assert sent == []  # its hit fields and links were both kept
+
+
+def test_a_reply_sent_from_kept_hits_decodes_as_the_hits(ctx, client):
+    """The second search's hits are copies of the first's, with their fields as packed for the
+    first reply (worker/search/replies.py): both replies arrive as the hits themselves."""
+    client.store_many(NOTES, namespace="w")
+    drain_all(ctx)
+    core = ClientCore(ctx.settings)
+    sent = []
+    for _ in range(2):
+        job = core.search_job("search", "w", query="solar panel dashboard", k=4, timeout_s=5.0)
+        reply = retrieve.handle(ctx, job)
+        assert reply is not None and reply.ok and reply.hits
+        answer(ctx, job, reply)
+        raw = ctx.redis.lpop(ctx.keys.reply(job.job_id))
+        assert isinstance(raw, bytes)
+        assert unpack(Reply, raw).hits == [Hit(**h.model_dump()) for h in reply.hits]
+        sent.append(reply.hits)
+    first, again = sent
+    assert [h.id for h in again] == [h.id for h in first]
+    for a, b in zip(first, again, strict=True):
+        assert a is not b and a.__pydantic_private__["_rest"] is b.__pydantic_private__["_rest"]

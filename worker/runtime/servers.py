@@ -30,6 +30,7 @@ from worker.daemon import Daemon
 from worker.errors import SignatureRejected
 from worker.intake.signing import check_signature
 from worker.search import retrieve as search
+from worker.search.replies import pack_reply
 from worker.search.routing import REFRESH_S, Heartbeat, Routes
 
 log = logging.getLogger(__name__)
@@ -161,7 +162,7 @@ def send_reply(ctx: WorkerContext, pipe: Pipeline, reply: Reply) -> None:
     """Queue ``reply`` on ``pipe``, for its caller's BLPOP (kept ``result_ttl_s``). A reply that
     cannot be packed (a value msgpack refuses) is replaced by a failed one saying so."""
     try:
-        payload = pack(reply)
+        payload = pack_reply(reply)
     except ProtocolError as exc:
         log.error("the reply to job_id=%s could not be packed: %s", reply.job_id, exc)
         error = f"worker error: the reply could not be packed ({exc})"

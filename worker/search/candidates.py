@@ -21,6 +21,7 @@ from worker.bulk import BulkPipeline, fields
 from worker.context import WorkerContext
 from worker.index.rows import Pinned
 from worker.search import ranking
+from worker.search.replies import PackedHit
 from worker.store.notes import decode_fields
 
 #: Fields every candidate needs to be ranked (small: no content, no vector).
@@ -324,9 +325,10 @@ def to_hits(rows: Rows, cands: list[Cand]) -> list[Hit]:
     """The candidates (scored, their hit fields read) as hits. A note returned before under the
     same tag gets a copy of its last hit with this search's numbers (the rest of a hit is its
     note's fields and links, which a new tag would have replaced): a copy costs a quarter of
-    building and validating one."""
+    building and validating one, and it keeps the fields packed for the first reply that sent
+    its original (worker/search/replies.py)."""
     kept = kept_rows(rows, REPLY, cands)
-    hits = []
+    hits: list[Hit] = []
     for c in cands:
         before = kept.get((c.ns, c.id))
         if before is None:
@@ -354,9 +356,9 @@ def numbers(c: Cand) -> dict[str, Any]:
     }
 
 
-def to_hit(c: Cand) -> Hit:
+def to_hit(c: Cand) -> PackedHit:
     f = c.fields
-    return Hit(
+    return PackedHit(
         id=c.id,
         namespace=c.ns,
         content=f.get("content", ""),
