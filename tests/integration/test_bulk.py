@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
+import threading
+
 import pytest
 from redis import Redis
+from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import RedisError, ResponseError
 
-from worker.bulk import BulkPipeline, fields
+from worker.bulk import BulkPipeline, fields, pinned
 
 
 def test_a_bulk_pipeline_returns_raw_replies_that_fields_decodes(redis_db: Redis) -> None:
@@ -85,3 +88,51 @@ def test_a_bulk_pipeline_reconnects_when_its_pooled_connection_was_closed(
     pipe.queue("INCR", "t:x")
     assert pipe.execute() == [2]
     assert redis_db.client_id() != idle
+
+
+def client_id(r: Redis) -> int:
+    pipe = BulkPipeline(r)
+    pipe.queue("CLIENT", "ID")
+    (got,) = pipe.execute()
+    return int(got)
+
+
+def test_a_pinned_threads_pipelines_share_one_connection_given_back_on_exit(
+    redis_db: Redis,
+) -> None:
+    pool = redis_db.connection_pool
+    with pinned(redis_db):
+        first = client_id(redis_db)
+        with pinned(redis_db):  # nested: the same connection, kept past the inner exit
+            assert client_id(redis_db) == first
+        assert client_id(redis_db) == first
+        held = [c for c in pool._in_use_connections]
+        assert len(held) == 1
+        others: list[int] = []
+        thread = threading.Thread(target=lambda: others.append(client_id(redis_db)))
+        thread.start()
+        thread.join()
+        assert others and others[0] != first  # another thread takes one from the pool
+    assert held[0] in pool._available_connections and not pool._in_use_connections
+
+
+def test_pinned_connects_at_the_first_pipeline_not_on_entry() -> None:
+    nowhere = Redis(host="127.0.0.1", port=1, socket_connect_timeout=0.5)
+    with pinned(nowhere):  # a search thread starting before Redis: nothing raised yet
+        with pytest.raises(RedisConnectionError):
+            client_id(nowhere)
+    assert not nowhere.connection_pool._in_use_connections
+
+
+def test_a_pinned_connection_redis_closed_is_opened_again_before_the_next_pipeline(
+    redis_db: Redis, redis_url: str
+) -> None:
+    redis_db.set("t:x", "1")
+    with pinned(redis_db):
+        idle = client_id(redis_db)
+        with Redis.from_url(redis_url) as other:
+            other.client_kill_filter(_id=idle)
+        pipe = BulkPipeline(redis_db)
+        pipe.queue("INCR", "t:x")
+        assert pipe.execute() == [2]  # once: the closed connection is found before sending
+        assert client_id(redis_db) != idle

@@ -24,7 +24,7 @@ from producer.connection import data_redis
 from producer.errors import ProtocolError
 from producer.protocol import Reply, SearchJob, pack, unpack
 from worker import metrics, tracing
-from worker.bulk import BulkPipeline
+from worker.bulk import BulkPipeline, pinned
 from worker.context import WorkerContext
 from worker.daemon import Daemon
 from worker.errors import SignatureRejected
@@ -199,7 +199,8 @@ class JobServer(Daemon):
         s = self.ctx.settings
         conn = data_redis(s, socket_timeout=POLL_S + s.socket_timeout_s)
         try:
-            yield self.server(conn)
+            with pinned(self.ctx.redis), pinned(conn):
+                yield self.server(conn)
         finally:
             conn.close()
 
