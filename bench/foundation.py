@@ -114,6 +114,53 @@ class Corpus:
         return " ".join(words)
 
 
+TOPICS = 500  #: topics of a TopicalCorpus
+TOPIC_WORDS = 30  #: content words per topic
+TOPIC_SHARE = 0.7  #: share of a topical note's words drawn from its topic's words
+
+
+class TopicalCorpus(Corpus):
+    """Notes about topics: the vocabulary and TOPICS topics of TOPIC_WORDS content words each
+    come from ``vocab_seed`` (so every TopicalCorpus of that seed shares them), the draws from
+    ``seed``. A note keeps to one topic, TOPIC_SHARE of its words from the topic's words and the
+    rest as a ``Corpus`` note's; a query names 2-4 of one topic's words and 1-2 of the whole
+    vocabulary. Notes on one topic share words, so their vectors cluster (as a text model's do
+    for related notes), where a ``Corpus``'s random words give near-uniform ones."""
+
+    def __init__(self, seed: int, vocab_seed: int = 0) -> None:
+        super().__init__(vocab_seed)
+        drawn = random.Random(vocab_seed + 1)
+        self.topics = [drawn.sample(self.content, TOPIC_WORDS) for _ in range(TOPICS)]
+        self.rng = random.Random(seed)
+        self._topic = self.topics[0]
+
+    def _words(self, k: int) -> list[str]:
+        return [
+            self.rng.choice(self._topic) if self.rng.random() < TOPIC_SHARE else word
+            for word in super()._words(k)
+        ]
+
+    def note(self) -> str:
+        self._topic = self.rng.choice(self.topics)
+        return super().note()
+
+    def query(self) -> str:
+        words = Corpus._words(self, self.rng.randint(1, 2))
+        words += self.rng.sample(self.rng.choice(self.topics), self.rng.randint(2, 4))
+        self.rng.shuffle(words)
+        return " ".join(words)
+
+
+def corpus_of(kind: str, seed: int) -> Corpus:
+    """A ``Corpus`` (``kind`` "words": random words) or a ``TopicalCorpus`` ("topics") drawing
+    from ``seed``."""
+    if kind == "topics":
+        return TopicalCorpus(seed)
+    if kind == "words":
+        return Corpus(seed)
+    raise ValueError(f"no corpus kind {kind!r}; words or topics")
+
+
 @dataclass(frozen=True)
 class Latency:
     p50_us: float

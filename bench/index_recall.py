@@ -10,8 +10,9 @@ Gaussian noise, L2-normalised. Queries come from the same distribution and are n
 close to uniform noise (top-1 cosine ~0.3), the hard case for any approximate index, and a
 pessimistic bound: real embeddings have a low intrinsic dimension. "notes" are the synthetic
 notes of ``foundation.py`` through the default hashing embedder (random words: top-1 cosine
-~0.35, as hard as "diffuse"). Latency is per single-query ``VectorIndex.search`` call, including
-its input checks, as a worker sees it.
+~0.35, as hard as "diffuse"); "topics" its ``TopicalCorpus`` notes, each on one of 500 topics
+whose words it mostly uses (notes on one topic at cosine ~0.33, others ~0.04). Latency is per
+single-query ``VectorIndex.search`` call, including its input checks, as a worker sees it.
 """
 
 from __future__ import annotations
@@ -26,7 +27,7 @@ from typing import cast
 import numpy as np
 import numpy.typing as npt
 
-from bench.foundation import Corpus
+from bench.foundation import corpus_of
 from worker.index.vector import Ann, VectorIndex
 from worker.models.hashing import HashingEmbedder
 
@@ -49,7 +50,7 @@ N_QUERIES, N_TIMED = 1000, 300
 CLUSTER_SIZE = 100
 #: per-dimension noise around a cluster centre, by synthetic data set name
 NOISE = {"tight": 0.8, "diffuse": 2.5}
-DATA_SETS = (*NOISE, "notes")
+DATA_SETS = (*NOISE, "notes", "topics")
 
 
 def clustered(n: int, noise: float, rng: np.random.Generator) -> npt.NDArray[np.float32]:
@@ -63,7 +64,8 @@ def clustered(n: int, noise: float, rng: np.random.Generator) -> npt.NDArray[np.
 def data(data_set: str, n: int, rng: np.random.Generator) -> npt.NDArray[np.float32]:
     if data_set in NOISE:
         return clustered(n, NOISE[data_set], rng)
-    corpus, embedder = Corpus(int(rng.integers(1 << 30))), HashingEmbedder(DIM)
+    kind = "topics" if data_set == "topics" else "words"
+    corpus, embedder = corpus_of(kind, int(rng.integers(1 << 30))), HashingEmbedder(DIM)
     return embedder.embed([corpus.note() for _ in range(n)]).astype(np.float32)
 
 

@@ -11,18 +11,21 @@ while the namespace grows). The workers get none of the shell's ZQ_ variables: `
 ZQ_NAME=VALUE`` sets one, e.g. ``--sizes 3000,12000,30000 --worker-env ZQ_ANN_THRESHOLD=2000
 --snapshot-every-s 10`` for a one-minute run whose index turns approximate at 2,000 notes.
 
-1. Ingest: seeded ``foundation.py`` notes are queued with ``store_many()`` in chunks of 500,
-   keeping the inbox backlog under ``BACKLOG_MAX`` so queued jobs do not count as note memory.
-   At each checkpoint size, once drained: organised notes/s over the stretch, the worker tree's
-   peak RSS, Redis ``used_memory`` per note (above the empty server), search p50/p99 (k=10,
-   fresh=True; the default channels and the dense channel alone) with a raw LPUSH p50 measured
-   at the same moment as their base, and 0 lost / 0 duplicated: the active zset holds exactly the
-   returned ids, the seq counter gave out one seq per note, the inbox and the dead-letter stream
-   are empty. With ``--trim-audit`` the audit stream is first trimmed to the workers'
-   ``ZQ_AUDIT_MAX`` entries, as the periodic ``audit`` job of a deployment with beat does.
-   Redis memory per key kind: MEMORY USAGE (SAMPLES 0) of ``MEMORY_SAMPLE`` random note and links
-   hashes and of every other key, with the encodings of the sampled hashes. The searches wait for
-   the worker's snapshot at the change log's tail (a save's copy holds the index for a moment).
+1. Ingest: seeded ``foundation.py`` notes (``--corpus words``, random words, whose vectors are
+   near-uniform; ``--corpus topics``, its ``TopicalCorpus``, notes that each keep to one of 500
+   topics, whose vectors cluster as a text model's do) are queued with ``store_many()`` in chunks
+   of 500, keeping the inbox backlog under ``BACKLOG_MAX`` so queued jobs do not count as note
+   memory. At each checkpoint size, once drained: organised notes/s over the stretch, the worker
+   tree's peak RSS, Redis ``used_memory`` per note (above the empty server), search p50/p99
+   (k=10, fresh=True; the default channels and the dense channel alone) with a raw LPUSH p50
+   measured at the same moment as their base, and 0 lost / 0 duplicated: the active zset holds
+   exactly the returned ids, the seq counter gave out one seq per note, the inbox and the
+   dead-letter stream are empty. With ``--trim-audit`` the audit stream is first trimmed to the
+   workers' ``ZQ_AUDIT_MAX`` entries, as the periodic ``audit`` job of a deployment with beat
+   does. Redis memory per key kind: MEMORY USAGE (SAMPLES 0) of ``MEMORY_SAMPLE`` random note and
+   links hashes and of every other key, with the encodings of the sampled hashes. The searches
+   wait for the worker's snapshot at the change log's tail (a save's copy holds the index for a
+   moment).
 2. Recall: the worker saves its snapshots every ``--snapshot-every-s`` and as it stops; the
    bench waits for one at the change log's tail, then stops it; the snapshot is loaded with
    ``VectorIndex.load`` and its top-10 for ``RECALL_QUERIES`` corpus queries (the default hashing
@@ -56,9 +59,9 @@ from redis import Redis
 
 from bench.foundation import (
     SHARD_COUNT,
-    Corpus,
     RssSampler,
     code_version,
+    corpus_of,
     loadavg,
 )
 from bench.scale.growth import Watch, ingest_to, measure_checkpoint
@@ -119,7 +122,7 @@ def phase(run: Run, name: str) -> Iterator[None]:
 
 def bench(run: Run) -> None:
     ctx = WorkerContext.build(settings_of(env_of(run)))
-    corpus = Corpus(seed=3)
+    corpus = corpus_of(run.args.corpus, 3)
     queries = [corpus.query() for _ in range(RESTART_QUERIES)]
     before, saved = ingest(run, ctx, queries)
     with phase(run, "recall"):
@@ -146,6 +149,12 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
         "--trim-audit",
         action="store_true",
         help="trim the audit stream to the workers' ZQ_AUDIT_MAX before each memory reading",
+    )
+    p.add_argument(
+        "--corpus",
+        choices=("words", "topics"),
+        default="words",
+        help="foundation.py's notes of random words, or its TopicalCorpus (notes on topics)",
     )
     p.add_argument("--output", type=Path, help="also write the markdown here")
     p.add_argument("--logs", type=Path, help="copy the workers' logs into this folder")
@@ -181,6 +190,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         )
         with MemoryClient(settings) as mem:
             run = Run(args, r, mem, server.url, Path(tmp), facts=facts)
+            run.corpus = corpus_of(args.corpus, 1_000_003)
+            run.queries = corpus_of(args.corpus, 2_000_003)
             run.base_memory = used_memory(r)
             log.info("redis-server pid on port %d: %s; code %s", args.port, info, facts["code"])
             try:

@@ -160,7 +160,8 @@ def report(run: Run, started: str, redis_info: dict[str, str]) -> str:
         "",
         f"Redis {redis_info['redis_version']} started by the bench, no RDB and no AOF "
         f"({', '.join(f'{k} {v!r}' for k, v in redis_info.items() if k != 'redis_version')}); "
-        f"extra --redis-arg: {' '.join(run.args.redis_arg) or 'none'}. Worker environment "
+        f"extra --redis-arg: {' '.join(run.args.redis_arg) or 'none'}. Corpus: "
+        f"{run.args.corpus}. Worker environment "
         f"beyond the bench's own: {' '.join(run.args.worker_env) or 'none'}; ZQ_SNAPSHOT_EVERY_S="
         f"{run.args.snapshot_every_s:g}"
         + (
