@@ -48,6 +48,19 @@ numbers = st.fixed_dictionaries(
 )
 
 
+#: a hit's fields that have no default
+REQUIRED = {
+    "id": "n1",
+    "namespace": "ns",
+    "content": "c",
+    "score": 0.5,
+    "similarity": 0.2,
+    "importance": 0.5,
+    "recency": 1.0,
+    "connection_boost": 1.0,
+}
+
+
 def decoded(payload: bytes) -> Any:
     return msgpack.unpackb(payload, raw=False, strict_map_key=False)
 
@@ -67,18 +80,8 @@ def test_a_reply_packs_as_pack_does_first_and_from_its_hits_kept_parts(
 
 
 def test_a_copy_with_new_numbers_keeps_the_packed_fields_and_one_with_others_does_not() -> None:
-    hit = PackedHit(
-        id="n1",
-        namespace="ns",
-        content="the first content",
-        score=0.5,
-        similarity=0.2,
-        importance=0.5,
-        recency=1.0,
-        connection_boost=1.1,
-        links={"n2": 0.7},
-        link_labels={"n2": "related"},
-    )
+    first = {"content": "the first content", "links": {"n2": 0.7}, "link_labels": {"n2": "x"}}
+    hit = PackedHit(**{**REQUIRED, **first})
     pack_reply(Reply(job_id="j", hits=[hit]))
     kept = hit.__pydantic_private__
     assert kept is not None and kept["_rest"] is not None
@@ -95,17 +98,7 @@ def test_a_copy_with_new_numbers_keeps_the_packed_fields_and_one_with_others_doe
 
 
 def test_replies_of_plain_hits_or_with_runs_are_packed_as_pack_does() -> None:
-    plain = Hit(
-        id="n1",
-        namespace="ns",
-        content="c",
-        score=0.5,
-        similarity=0.2,
-        importance=0.5,
-        recency=1.0,
-        connection_boost=1.0,
-    )
-    packed = PackedHit(**plain.model_dump())
+    plain, packed = Hit(**REQUIRED), PackedHit(**REQUIRED)
     runs = [JobRun(job="evolve", at=1.0, work=3, seconds=0.5)]
     for reply in (
         Reply(job_id="j", hits=[plain, packed]),
@@ -116,16 +109,6 @@ def test_replies_of_plain_hits_or_with_runs_are_packed_as_pack_does() -> None:
 
 
 def test_a_hit_value_that_cannot_be_packed_is_a_protocol_error() -> None:
-    hit = PackedHit.model_construct(
-        id="n1",
-        namespace="ns",
-        content="c",
-        score=0.5,
-        similarity=0.2,
-        importance=0.5,
-        recency=1.0,
-        connection_boost=1.0,
-        metadata={"bad": object()},
-    )
+    hit = PackedHit.model_construct(**REQUIRED, metadata={"bad": object()})
     with pytest.raises(ProtocolError, match="cannot pack Reply"):
         pack_reply(Reply.model_construct(job_id="j", hits=[hit], runs=[]))
