@@ -356,7 +356,7 @@ def test_the_progress_bar_shows_on_a_terminal_only(settings, tmp_path):
         leader, follower = pty.openpty()
         with subprocess.Popen(
             [sys.executable, "-m", "worker.cli.main", "import", f"p{shown}", str(path), *extra],
-            env=zettelq_env(settings),
+            env=zettelq_env(settings, TERM="xterm"),  # a terminal that draws, whatever runs this
             stdout=subprocess.PIPE,
             stderr=follower,
             cwd=ROOT,
