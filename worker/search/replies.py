@@ -60,8 +60,8 @@ class PackedHit(Hit):
 def pack_reply(reply: Reply) -> bytes:
     """``pack(reply)``, its hits packed from the parts they keep when all are ``PackedHit``s
     (as a search's are); ProtocolError when a value cannot be packed."""
-    hits = reply.hits
-    if not hits or reply.runs or not all(isinstance(h, PackedHit) for h in hits):
+    hits = [h for h in reply.hits if isinstance(h, PackedHit)]
+    if not hits or reply.runs or len(hits) < len(reply.hits):
         return pack(reply)
     packer = msgpack.Packer(use_bin_type=True)
     fields = vars(reply)
@@ -71,7 +71,7 @@ def pack_reply(reply: Reply) -> bytes:
             parts.append(packer.pack(name))
             if name == "hits":
                 parts.append(packer.pack_array_header(len(hits)))
-                parts.extend(h.packed(packer) for h in hits)  # type: ignore[attr-defined]
+                parts.extend(h.packed(packer) for h in hits)
             else:
                 parts.append(packer.pack(value))
     except (TypeError, ValueError, OverflowError) as exc:
